@@ -1,0 +1,1 @@
+"""Small helpers with no ftrl dependencies: files, backoff, processes, asyncio."""

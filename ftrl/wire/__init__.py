@@ -1,0 +1,1 @@
+"""The wire room: protobuf messages, msgpack codec, errors, limits and security."""

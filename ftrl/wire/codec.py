@@ -1,0 +1,179 @@
+"""msgpack payloads with numpy arrays as raw bytes. Nothing is ever unpickled.
+
+An array travels as msgpack extension type 1 whose data is:
+    u8 len(dtype) | dtype.str (ascii, e.g. "<f4") | u8 ndim | ndim x u64 shape | raw bytes
+Only plain numeric, bool and fixed-width string dtypes are accepted, and the raw
+byte count must match dtype and shape exactly.
+
+Decoding is strict and bounded: sizes of strings, binaries, arrays, maps and
+extension payloads are capped, map keys must be str or int, and the whole
+payload must be consumed.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from ftrl.wire.errors import InvalidArgumentError, ResourceExhaustedError
+
+NUMPY_EXT = 1
+_ALLOWED_KINDS = frozenset("biufc?SU")  # no object, void, datetime
+_MAX_NDIM = 32
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """Caps applied while decoding untrusted msgpack."""
+
+    max_bytes: int = 1 << 30  # total payload
+    max_str_len: int = 1 << 24
+    max_bin_len: int = 1 << 30
+    max_array_len: int = 1 << 24
+    max_map_len: int = 1 << 20
+    max_ext_len: int = 1 << 30
+    max_depth: int = 64
+
+
+DEFAULT_LIMITS = DecodeLimits()
+#: Limits for small control-plane payloads (actor kwargs, job configs).
+SMALL_LIMITS = DecodeLimits(
+    max_bytes=1 << 20,
+    max_str_len=1 << 20,
+    max_bin_len=1 << 20,
+    max_array_len=1 << 16,
+    max_map_len=1 << 14,
+    max_ext_len=1 << 20,
+    max_depth=32,
+)
+
+
+def _encode_array(arr: np.ndarray) -> msgpack.ExtType:
+    if arr.dtype.kind not in _ALLOWED_KINDS:
+        raise InvalidArgumentError(f"cannot send numpy dtype {arr.dtype} (only numeric, bool, str)")
+    arr = np.ascontiguousarray(arr)
+    dtype = arr.dtype.str.encode("ascii")
+    header = struct.pack(f"<B{len(dtype)}sB{arr.ndim}Q", len(dtype), dtype, arr.ndim, *arr.shape)
+    return msgpack.ExtType(NUMPY_EXT, header + arr.tobytes())
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return _encode_array(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    # torch tensors and anything else array-like must be converted by the caller
+    raise InvalidArgumentError(
+        f"cannot encode a value of type {type(obj).__module__}.{type(obj).__qualname__}: "
+        "payloads must be msgpack-able (None, bool, int, float, str, bytes, list, dict) "
+        "or numpy arrays"
+    )
+
+
+def encode(obj: Any) -> bytes:
+    """Serialize `obj` (msgpack types and numpy arrays) to bytes."""
+    try:
+        return msgpack.packb(obj, default=_default, use_bin_type=True, strict_types=False)
+    except InvalidArgumentError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f"cannot encode payload: {e}") from e
+
+
+def _decode_array(data: bytes) -> np.ndarray:
+    try:
+        n = data[0]
+        dtype_str = data[1 : 1 + n].decode("ascii")
+        pos = 1 + n
+        ndim = data[pos]
+        pos += 1
+        if ndim > _MAX_NDIM:
+            raise ValueError(f"ndim {ndim} > {_MAX_NDIM}")
+        shape = struct.unpack_from(f"<{ndim}Q", data, pos)
+        pos += 8 * ndim
+        dtype = np.dtype(dtype_str)
+    except (IndexError, struct.error, TypeError, ValueError, UnicodeDecodeError) as e:
+        raise InvalidArgumentError(f"malformed numpy array in payload: {e}") from e
+    if dtype.kind not in _ALLOWED_KINDS or dtype.hasobject:
+        raise InvalidArgumentError(f"numpy dtype {dtype_str!r} is not allowed on the wire")
+    count = 1
+    for dim in shape:
+        count *= dim
+    if count * dtype.itemsize != len(data) - pos:
+        raise InvalidArgumentError(
+            f"malformed numpy array: shape {tuple(shape)} x {dtype} needs "
+            f"{count * dtype.itemsize} bytes, got {len(data) - pos}"
+        )
+    # A writable copy: callers may hand it straight to torch.
+    return np.frombuffer(bytearray(data[pos:]), dtype=dtype).reshape(shape)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == NUMPY_EXT:
+        return _decode_array(data)
+    raise InvalidArgumentError(f"unknown msgpack extension type {code}")
+
+
+def _check_depth(obj: Any, limit: int) -> None:
+    stack = [(obj, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise InvalidArgumentError(f"payload nested deeper than {limit} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def decode(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """Deserialize bytes made by `encode`, refusing anything malformed or oversized."""
+    if len(data) > limits.max_bytes:
+        raise ResourceExhaustedError(
+            f"payload of {len(data)} bytes exceeds the limit of {limits.max_bytes} bytes"
+        )
+    try:
+        unpacker = msgpack.Unpacker(
+            raw=False,
+            strict_map_key=True,
+            ext_hook=_ext_hook,
+            use_list=True,
+            max_buffer_size=max(len(data), 1),
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_bin_len,
+            max_array_len=limits.max_array_len,
+            max_map_len=limits.max_map_len,
+            max_ext_len=limits.max_ext_len,
+        )
+        unpacker.feed(data)
+        obj = unpacker.unpack()
+        try:
+            unpacker.unpack()
+        except msgpack.OutOfData:
+            pass
+        else:
+            raise InvalidArgumentError("malformed payload: trailing data after the first object")
+    except InvalidArgumentError:
+        raise
+    except msgpack.OutOfData as e:
+        raise InvalidArgumentError("malformed payload: truncated msgpack data") from e
+    except RecursionError as e:
+        raise InvalidArgumentError("payload nested too deeply") from e
+    except (ValueError, TypeError, msgpack.UnpackException, msgpack.ExtraData) as e:
+        raise InvalidArgumentError(f"malformed payload: {e}") from e
+    _check_depth(obj, limits.max_depth)
+    return obj
+
+
+def check_encodable(obj: Any, what: str = "value") -> bytes:
+    """Encode `obj`, raising InvalidArgumentError that names `what` if it cannot be."""
+    try:
+        return encode(obj)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{what} is not msgpack-able: {e}") from None

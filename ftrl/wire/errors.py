@@ -1,0 +1,151 @@
+"""One exception hierarchy for ftrl, mapped to gRPC status codes in one place.
+
+Servers raise these; `status_of` turns one into a (code, message) pair for the
+wire and `error_from_rpc` turns a received grpc error back into the same class.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class FtrlError(Exception):
+    """Base class of every error ftrl raises."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+
+class InvalidArgumentError(FtrlError, ValueError):
+    """Bad input: malformed payload, bad name, unknown method, bad config."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class ConfigError(InvalidArgumentError):
+    """A configuration that cannot work (unknown key, conflicting options)."""
+
+
+class NotFoundError(FtrlError, LookupError):
+    """No actor, node or job of that name."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExistsError(FtrlError):
+    """A live actor or node with that name or id exists already."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class ResourceExhaustedError(FtrlError):
+    """A size, count or rate limit was exceeded."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class UnauthenticatedError(FtrlError):
+    """Missing or wrong cluster token."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(FtrlError):
+    """Authenticated, but not allowed (e.g. a fenced, stale actor calling)."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class StaleIncarnationError(FtrlError):
+    """The call was meant for another incarnation of the actor (fencing)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ActorUnavailableError(FtrlError):
+    """The actor could not be reached (it died, is restarting, or the network failed)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class ActorDiedError(FtrlError):
+    """The actor is DEAD: out of restarts, killed, or it failed to construct."""
+
+    code = grpc.StatusCode.ABORTED
+
+
+class ActorStartError(ActorDiedError):
+    """The actor's class could not be imported or its constructor raised."""
+
+    def __init__(self, message: str, remote_type: str = "", remote_traceback: str = ""):
+        super().__init__(message)
+        self.remote_type = remote_type
+        self.remote_traceback = remote_traceback
+
+
+class FtrlTimeoutError(FtrlError, TimeoutError):
+    """A deadline passed before the operation finished."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class ActorError(FtrlError):
+    """User code in an actor raised. Carries the remote type, message and traceback.
+
+    The actor keeps serving after this; only the one call failed.
+    """
+
+    code = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, remote_type: str, message: str, remote_traceback: str = ""):
+        super().__init__(f"{remote_type}: {message}")
+        self.remote_type = remote_type
+        self.remote_message = message
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        text = f"{self.remote_type}: {self.remote_message}"
+        if self.remote_traceback:
+            text += "\n--- remote traceback ---\n" + self.remote_traceback.rstrip()
+        return text
+
+    def __reduce__(self):  # keep it picklable for concurrent.futures in-process
+        return (type(self), (self.remote_type, self.remote_message, self.remote_traceback))
+
+
+_BY_CODE: dict[grpc.StatusCode, type[FtrlError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.FAILED_PRECONDITION: StaleIncarnationError,
+    grpc.StatusCode.UNAVAILABLE: ActorUnavailableError,
+    grpc.StatusCode.ABORTED: ActorDiedError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: FtrlTimeoutError,
+    grpc.StatusCode.CANCELLED: ActorUnavailableError,
+}
+
+
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and message a server answers for `exc`."""
+    if isinstance(exc, FtrlError):
+        return exc.code, str(exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def error_from_rpc(err: grpc.RpcError, what: str = "") -> FtrlError:
+    """Turn a received grpc error into the matching FtrlError subclass."""
+    try:
+        code = err.code()
+        details = err.details() or ""
+    except Exception:  # a non-call RpcError
+        return ActorUnavailableError(f"{what}: {err}" if what else str(err))
+    cls = _BY_CODE.get(code, FtrlError)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) and what:
+        details = f"{what} unreachable: {details}"
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED and what:
+        details = f"{what}: deadline exceeded"
+    error = cls(details or code.name)
+    error.grpc_code = code  # type: ignore[attr-defined]
+    return error

@@ -1,0 +1,32 @@
+"""gRPC channel and server options with explicit message size caps."""
+
+from __future__ import annotations
+
+
+def channel_options(max_message: int) -> list[tuple[str, object]]:
+    """Options for a client channel whose messages are capped at `max_message` bytes."""
+    return [
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.enable_retries", 0),
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1_000),
+    ]
+
+
+def server_options(max_message: int) -> list[tuple[str, object]]:
+    """Options for a server whose incoming messages are capped at `max_message` bytes."""
+    return [
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.max_send_message_length", max_message),
+        # never share a port with another process (two coordinators on one port)
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.max_ping_strikes", 0),
+    ]

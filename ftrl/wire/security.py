@@ -1,0 +1,260 @@
+"""Cluster token auth, TLS/mTLS credentials and the rule for binding addresses.
+
+Every ftrl server (the coordinator and every actor) checks the cluster token in
+the `authorization` metadata (`Bearer <token>`), compared in constant time. The
+only unauthenticated method is the standard health check.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import grpc
+from grpc import aio
+
+from ftrl.wire.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+AUTH_HEADER = "authorization"
+CALLER_HEADER = "ftrl-caller"
+OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+
+
+@dataclass(frozen=True)
+class Security:
+    """How a process authenticates to and serves the cluster.
+
+    token:     the shared cluster token, or None for no token auth.
+    tls_cert/tls_key: PEM files of this process's certificate and key.
+    tls_ca:    PEM file of the CA that signs peers; on a server it turns on mTLS
+               (client certificates required), on a client it verifies the server.
+    tls_server_name: name to check in the server certificate, if not the host dialed.
+    insecure:  allow serving a non-loopback address without a token.
+    """
+
+    token: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_server_name: str | None = None
+    insecure: bool = False
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert or self.tls_ca)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """Metadata every outgoing call carries."""
+        return ((AUTH_HEADER, f"Bearer {self.token}"),) if self.token else ()
+
+    def with_token(self, token: str | None) -> Security:
+        return replace(self, token=token)
+
+    def to_env(self) -> dict[str, str]:
+        """Settings for a child process (the token never goes on a command line)."""
+        env = {}
+        if self.token:
+            env["FTRL_TOKEN"] = self.token
+        for key, value in (
+            ("FTRL_TLS_CERT", self.tls_cert),
+            ("FTRL_TLS_KEY", self.tls_key),
+            ("FTRL_TLS_CA", self.tls_ca),
+            ("FTRL_TLS_SERVER_NAME", self.tls_server_name),
+        ):
+            if value:
+                env[key] = value
+        if self.insecure:
+            env["FTRL_INSECURE"] = "1"
+        return env
+
+    @classmethod
+    def from_env(cls) -> Security:
+        return cls.from_options(
+            token_file=os.environ.get("FTRL_TOKEN_FILE"),
+            tls_cert=os.environ.get("FTRL_TLS_CERT"),
+            tls_key=os.environ.get("FTRL_TLS_KEY"),
+            tls_ca=os.environ.get("FTRL_TLS_CA"),
+            tls_server_name=os.environ.get("FTRL_TLS_SERVER_NAME"),
+            insecure=os.environ.get("FTRL_INSECURE") == "1",
+        )
+
+    @classmethod
+    def from_options(
+        cls,
+        token: str | None = None,
+        token_file: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_ca: str | None = None,
+        tls_server_name: str | None = None,
+        insecure: bool = False,
+    ) -> Security:
+        """Build from CLI-style options; the token comes from `token`, the file, or FTRL_TOKEN."""
+        if token is None and token_file:
+            token = read_token_file(token_file)
+        if token is None:
+            token = os.environ.get("FTRL_TOKEN") or None
+        if token is None and os.environ.get("FTRL_TOKEN_FILE") and not token_file:
+            token = read_token_file(os.environ["FTRL_TOKEN_FILE"])
+        for what, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
+            if path and not Path(path).is_file():
+                raise ConfigError(f"{what} file {path!r} does not exist")
+        if bool(tls_cert) != bool(tls_key):
+            raise ConfigError("--tls-cert and --tls-key must be given together")
+        return cls(token, tls_cert, tls_key, tls_ca, tls_server_name, insecure)
+
+    # ---------------------------------------------------------------- credentials
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        if not self.tls_cert:
+            if self.tls_ca:
+                raise ConfigError("a server needs --tls-cert and --tls-key to use TLS")
+            return None
+        pair = (Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes())  # type: ignore[arg-type]
+        ca = Path(self.tls_ca).read_bytes() if self.tls_ca else None
+        return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
+
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        if not self.tls:
+            return None
+        ca = Path(self.tls_ca).read_bytes() if self.tls_ca else None
+        key = Path(self.tls_key).read_bytes() if self.tls_key else None
+        cert = Path(self.tls_cert).read_bytes() if self.tls_cert else None
+        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+    def interceptors(self) -> list[aio.ServerInterceptor]:
+        return [TokenAuthInterceptor(self.token)] if self.token else []
+
+
+def read_token_file(path: str) -> str:
+    """Read a token file; it must exist, be non-empty and not be readable by others."""
+    p = Path(path)
+    try:
+        text = p.read_text().strip()
+    except OSError as e:
+        raise ConfigError(f"cannot read token file {path!r}: {e.strerror}") from e
+    if not text:
+        raise ConfigError(f"token file {path!r} is empty")
+    if p.stat().st_mode & 0o077:
+        log.warning("token file %s is readable by group/others; chmod 600 it", path)
+    return text
+
+
+def write_token_file(path: str | Path, token: str | None = None) -> str:
+    """Create a 0600 token file with a fresh random token (or `token`); returns it."""
+    token = token or secrets.token_urlsafe(32)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, token.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, p)
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    """True if `host` names only the loopback interface."""
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+def check_bind(host: str, security: Security, what: str) -> None:
+    """Refuse to serve a non-loopback address without a token unless `insecure`."""
+    if security.token or is_loopback(host):
+        return
+    if not security.insecure:
+        raise ConfigError(
+            f"{what} would listen on {host or '0.0.0.0'} without a cluster token: give "
+            "--token-file (or FTRL_TOKEN), or --insecure to accept that anyone who can "
+            "reach this port can start processes"
+        )
+    log.warning(
+        "INSECURE: %s listens on %s with no cluster token; anyone who can reach it can "
+        "start arbitrary processes on this cluster",
+        what,
+        host or "0.0.0.0",
+    )
+
+
+def bind(server: aio.Server, address: str, security: Security) -> int:
+    """Add a (TLS if configured) port to `server`; returns the bound port."""
+    creds = security.server_credentials()
+    port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    if port == 0:
+        raise ConfigError(f"cannot listen on {address}: address in use or not available")
+    return port
+
+
+def secure_channel(target: str, security: Security, options: Iterable[tuple[str, object]]) -> aio.Channel:
+    """An aio channel to `target` with TLS if configured."""
+    opts = list(options)
+    creds = security.channel_credentials()
+    if creds is None:
+        return aio.insecure_channel(target, options=opts)
+    if security.tls_server_name:
+        opts.append(("grpc.ssl_target_name_override", security.tls_server_name))
+    return aio.secure_channel(target, creds, options=opts)
+
+
+class TokenAuthInterceptor(aio.ServerInterceptor):
+    """Rejects calls without the right `authorization: Bearer <token>` metadata."""
+
+    def __init__(self, token: str):
+        self._expected = f"Bearer {token}".encode()
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method in OPEN_METHODS:
+            return handler
+        got = ""
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == AUTH_HEADER:
+                got = value if isinstance(value, str) else ""
+                break
+        if hmac.compare_digest(got.encode(), self._expected):
+            return handler
+        reason = "missing cluster token" if not got else "wrong cluster token"
+        return _deny(handler, reason)
+
+
+def _deny(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
+    message = f"{reason}: pass the cluster token (--token-file or FTRL_TOKEN)"
+
+    async def unary(request, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    async def streaming(request_iterator, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield  # pragma: no cover  (makes this an async generator)
+
+    kw = dict(
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(streaming, **kw)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(unary, **kw)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(streaming, **kw)
+    return grpc.unary_unary_rpc_method_handler(unary, **kw)
