@@ -82,6 +82,12 @@ class ActorStartError(ActorDiedError):
         self.remote_traceback = remote_traceback
 
 
+class MethodNotFoundError(FtrlError, AttributeError):
+    """The actor has no public method of that name."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
 class FtrlTimeoutError(FtrlError, TimeoutError):
     """A deadline passed before the operation finished."""
 
@@ -124,6 +130,7 @@ _BY_CODE: dict[grpc.StatusCode, type[FtrlError]] = {
     grpc.StatusCode.ABORTED: ActorDiedError,
     grpc.StatusCode.DEADLINE_EXCEEDED: FtrlTimeoutError,
     grpc.StatusCode.CANCELLED: ActorUnavailableError,
+    grpc.StatusCode.UNIMPLEMENTED: MethodNotFoundError,
 }
 
 

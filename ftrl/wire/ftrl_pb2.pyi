@@ -200,20 +200,22 @@ class Event(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., type: _Optional[_Union[EventType, str]] = ..., actor: _Optional[str] = ..., node_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., at: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
 
 class RunningActor(_message.Message):
-    __slots__ = ("spec", "incarnation", "pid", "address", "node_epoch", "restarts")
+    __slots__ = ("spec", "incarnation", "pid", "address", "node_epoch", "restarts", "local_until")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     NODE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_UNTIL_FIELD_NUMBER: _ClassVar[int]
     spec: ActorSpec
     incarnation: int
     pid: int
     address: str
     node_epoch: int
     restarts: int
-    def __init__(self, spec: _Optional[_Union[ActorSpec, _Mapping]] = ..., incarnation: _Optional[int] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., node_epoch: _Optional[int] = ..., restarts: _Optional[int] = ...) -> None: ...
+    local_until: int
+    def __init__(self, spec: _Optional[_Union[ActorSpec, _Mapping]] = ..., incarnation: _Optional[int] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., node_epoch: _Optional[int] = ..., restarts: _Optional[int] = ..., local_until: _Optional[int] = ...) -> None: ...
 
 class RegisterNodeRequest(_message.Message):
     __slots__ = ("node_id", "session_id", "address", "resources", "slots", "running", "hostname", "pid", "version", "previous_epoch")
@@ -319,16 +321,18 @@ class NodeMessage(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., report: _Optional[_Union[ActorReport, _Mapping]] = ...) -> None: ...
 
 class StartActor(_message.Message):
-    __slots__ = ("spec", "incarnation", "restarts", "delay_s")
+    __slots__ = ("spec", "incarnation", "restarts", "delay_s", "local_until")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_UNTIL_FIELD_NUMBER: _ClassVar[int]
     spec: ActorSpec
     incarnation: int
     restarts: int
     delay_s: float
-    def __init__(self, spec: _Optional[_Union[ActorSpec, _Mapping]] = ..., incarnation: _Optional[int] = ..., restarts: _Optional[int] = ..., delay_s: _Optional[float] = ...) -> None: ...
+    local_until: int
+    def __init__(self, spec: _Optional[_Union[ActorSpec, _Mapping]] = ..., incarnation: _Optional[int] = ..., restarts: _Optional[int] = ..., delay_s: _Optional[float] = ..., local_until: _Optional[int] = ...) -> None: ...
 
 class HeartbeatAck(_message.Message):
     __slots__ = ("seq",)

@@ -54,11 +54,16 @@ def check_class_path(value: str) -> str:
     return value
 
 
+#: Private methods that may be called remotely: the state hooks an owner uses to
+#: resync a restarted actor.
+STATE_HOOKS = frozenset({"__ftrl_state__", "__ftrl_restore__"})
+
+
 def check_method(value: str) -> str:
-    """Validate a method name: a public Python identifier."""
+    """Validate a method name: a public Python identifier (or one of STATE_HOOKS)."""
     if not value or len(value) > MAX_NAME_LEN or not _METHOD_RE.match(value):
         raise InvalidArgumentError(f"method name {value[:80]!r} is not a valid identifier")
-    if value.startswith("_"):
+    if value.startswith("_") and value not in STATE_HOOKS:
         raise InvalidArgumentError(f"method {value!r} is private and cannot be called remotely")
     return value
 

@@ -1,0 +1,5 @@
+import sys
+
+from ftrl.cli import main
+
+sys.exit(main())

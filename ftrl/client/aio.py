@@ -1,0 +1,415 @@
+"""`ftrl.AsyncClient` and async actor handles."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from ftrl.client.convert import actor_dict, event_dict, node_dict
+from ftrl.wire import codec
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire import ftrl_pb2_grpc as pb_grpc
+from ftrl.wire.errors import (
+    ActorDiedError,
+    ActorError,
+    ActorStartError,
+    ActorUnavailableError,
+    FtrlError,
+    FtrlTimeoutError,
+    InvalidArgumentError,
+    StaleIncarnationError,
+    error_from_rpc,
+)
+from ftrl.wire.grpcopts import channel_options
+from ftrl.wire.limits import CHUNK_BYTES, MAX_ACTOR_MESSAGE, check_method
+from ftrl.wire.security import CALLER_HEADER, Security, secure_channel
+
+DEFAULT_ADDRESS = "127.0.0.1:6380"
+CONTROL_TIMEOUT_S = 10.0
+_CONTROL_RECV = 64 << 20
+
+
+def default_address() -> str:
+    return os.environ.get("FTRL_COORDINATOR") or DEFAULT_ADDRESS
+
+
+def _security(token: str | None, security: Security | None) -> Security:
+    if security is not None:
+        return security.with_token(token) if token else security
+    base = Security.from_env()
+    return base.with_token(token) if token else base
+
+
+class AsyncClient:
+    """Async client of an ftrl cluster. Create and use it inside one event loop."""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        token: str | None = None,
+        *,
+        security: Security | None = None,
+        caller: str = "",
+        timeout: float = CONTROL_TIMEOUT_S,
+    ) -> None:
+        self.address = address or default_address()
+        self.security = _security(token, security)
+        self.caller = caller
+        self.timeout = timeout
+        self._md = self.security.metadata() + (((CALLER_HEADER, caller),) if caller else ())
+        self._channel: aio.Channel | None = None
+        self._stub: pb_grpc.CoordinatorStub | None = None
+        self._actor_channels: dict[str, tuple[aio.Channel, pb_grpc.ActorStub]] = {}
+
+    # ---------------------------------------------------------------- plumbing
+
+    @property
+    def stub(self) -> pb_grpc.CoordinatorStub:
+        if self._stub is None:
+            opts = channel_options(4 << 20)
+            opts = [o for o in opts if o[0] != "grpc.max_receive_message_length"]
+            opts.append(("grpc.max_receive_message_length", _CONTROL_RECV))
+            self._channel = secure_channel(self.address, self.security, opts)
+            self._stub = pb_grpc.CoordinatorStub(self._channel)
+        return self._stub
+
+    def actor_stub(self, address: str) -> pb_grpc.ActorStub:
+        entry = self._actor_channels.get(address)
+        if entry is None:
+            channel = secure_channel(address, self.security, channel_options(MAX_ACTOR_MESSAGE))
+            entry = (channel, pb_grpc.ActorStub(channel))
+            self._actor_channels[address] = entry
+        return entry[1]
+
+    async def drop_actor_channel(self, address: str) -> None:
+        entry = self._actor_channels.pop(address, None)
+        if entry is not None:
+            await entry[0].close()
+
+    async def _rpc(self, name: str, request, timeout: float | None = None):
+        try:
+            return await getattr(self.stub, name)(
+                request, timeout=timeout or self.timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, f"coordinator at {self.address}") from None
+
+    async def close(self) -> None:
+        for channel, _ in list(self._actor_channels.values()):
+            await channel.close()
+        self._actor_channels.clear()
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel, self._stub = None, None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------- cluster
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Nodes: dicts with node_id, address, state (ALIVE|LOST|EXCLUDED), slots, actors, ..."""
+        reply = await self._rpc("ListNodes", pb.ListNodesRequest())
+        return [node_dict(n) for n in reply.nodes]
+
+    async def actors(self, prefix: str = "") -> list[dict[str, Any]]:
+        """Actors: dicts with name, class_path, node_id, pid, state, restarts, incarnation, ..."""
+        reply = await self._rpc("ListActors", pb.ListActorsRequest(prefix=prefix))
+        return [actor_dict(a) for a in reply.actors]
+
+    async def actor(self, name: str) -> dict[str, Any]:
+        """One actor's record (NotFoundError if there is none)."""
+        return actor_dict(await self._rpc("GetActor", pb.GetActorRequest(name=name)))
+
+    async def cluster_info(self) -> dict[str, Any]:
+        info = await self._rpc("GetClusterInfo", pb.ClusterInfoRequest())
+        return {
+            "coordinator_id": info.coordinator_id, "version": info.version,
+            "uptime_s": info.uptime_s, "heartbeat_interval_s": info.heartbeat_interval_s,
+            "heartbeat_timeout_s": info.heartbeat_timeout_s,
+            "max_node_failures": info.max_node_failures, "event_seq": info.event_seq,
+        }
+
+    async def wait_actor(self, name: str, timeout: float = 60.0, min_incarnation: int = 0) -> pb.ActorInfo:
+        """Wait until `name` is ALIVE (incarnation >= min_incarnation) or DEAD; returns its info."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            wait = max(0.0, min(remaining, 60.0))
+            info = await self._rpc(
+                "GetActor",
+                pb.GetActorRequest(name=name, wait_s=wait, min_incarnation=min_incarnation),
+                timeout=wait + self.timeout,
+            )
+            if info.state == pb.ACTOR_DEAD:
+                return info
+            if info.state == pb.ACTOR_ALIVE and info.incarnation >= min_incarnation:
+                return info
+            if time.monotonic() >= deadline:
+                state = actor_dict(info)["state"]
+                raise FtrlTimeoutError(
+                    f"actor {name} is still {state} after {timeout:g}s"
+                    + (f" (needs {dict(info.resources)}; is any node free?)" if state == "PENDING" else "")
+                )
+
+    # ---------------------------------------------------------------- actors
+
+    async def create_actor(
+        self,
+        class_path: str,
+        name: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+        max_restarts: int = -1,
+        resources: dict[str, float] | None = None,
+        *,
+        max_concurrency: int = 1,
+        env: dict[str, str] | None = None,
+        get_if_exists: bool = False,
+        wait: bool = True,
+        timeout: float = 120.0,
+    ) -> AsyncActorHandle:
+        """Create an actor of `class_path` ("pkg.mod:Class") and, by default, wait until it serves.
+
+        max_restarts: restarts in place after failures (-1 = unlimited, 0 = none).
+        resources: e.g. {"cpu": 1, "gpu": 0}; default {"cpu": 1}.
+        Raises ActorStartError if the class cannot be imported or its constructor raises.
+        """
+        name = name or f"{class_path.rpartition(':')[2].lower()}-{os.urandom(4).hex()}"
+        spec = pb.ActorSpec(
+            name=name,
+            class_path=class_path,
+            kwargs=codec.check_encodable(kwargs or {}, "actor kwargs"),
+            max_restarts=max_restarts,
+            resources=resources or {},
+            max_concurrency=max_concurrency,
+            env=codec.encode(env) if env else b"",
+        )
+        info = await self._rpc("CreateActor", pb.CreateActorRequest(spec=spec, get_if_exists=get_if_exists))
+        handle = AsyncActorHandle(self, name, info)
+        if wait:
+            await handle.wait_alive(timeout)
+        return handle
+
+    async def get_actor(self, name: str, strict: bool = False) -> AsyncActorHandle:
+        """A handle to an existing actor (NotFoundError if there is none)."""
+        info = await self._rpc("GetActor", pb.GetActorRequest(name=name))
+        return AsyncActorHandle(self, name, info, strict=strict)
+
+    async def kill_actor(self, name: str, reason: str = "") -> dict[str, Any]:
+        """Stop an actor for good; returns its final record."""
+        reply = await self._rpc("KillActor", pb.KillActorRequest(name=name, reason=reason))
+        return actor_dict(reply.actor)
+
+    async def events(self, prefix: str = "", nodes: bool = False, after_seq: int = -1) -> AsyncIterator[dict]:
+        """Stream actor events (and node events if `nodes`) as dicts, as they happen."""
+        call = self.stub.WatchEvents(
+            pb.WatchEventsRequest(prefix=prefix, nodes=nodes, after_seq=after_seq), metadata=self._md)
+        try:
+            async for event in call:
+                yield event_dict(event)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                raise error_from_rpc(e, f"coordinator at {self.address}") from None
+        finally:
+            call.cancel()
+
+
+def _encode_call(method: str, args: tuple, kwargs: dict) -> bytes:
+    try:
+        return codec.encode([list(args), kwargs])
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"arguments of {method}() are not msgpack-able: {e}") from None
+
+
+def _request_chunks(header: pb.CallHeader, payload: bytes):
+    view = memoryview(payload)
+    yield pb.CallChunk(header=header, data=bytes(view[:CHUNK_BYTES]))
+    for start in range(CHUNK_BYTES, len(payload), CHUNK_BYTES):
+        yield pb.CallChunk(data=bytes(view[start : start + CHUNK_BYTES]))
+
+
+class AsyncActorHandle:
+    """A reference to a named actor. Calls carry the incarnation the handle knows.
+
+    Default handles follow restarts: after the actor dies, the call in flight
+    raises ActorUnavailableError and the next call waits until a new
+    incarnation is ALIVE. `strict=True` handles never switch incarnation on
+    their own: a restarted actor raises StaleIncarnationError until the owner
+    has resynced it and called `wait_alive()` (what an owner with state to
+    restore wants).
+    """
+
+    def __init__(self, client: AsyncClient, name: str, info: pb.ActorInfo | None = None,
+                 strict: bool = False, timeout: float | None = None, resolve_timeout: float = 60.0) -> None:
+        self.client = client
+        self.name = name
+        self.strict = strict
+        self.timeout = timeout
+        self.resolve_timeout = resolve_timeout
+        self._info = info
+        self._usable = info is not None and info.state == pb.ACTOR_ALIVE
+        self._failed: tuple[int, str] | None = None
+        self.incarnation = info.incarnation if info is not None else 0
+
+    def options(self, *, timeout: float | None = None, strict: bool | None = None,
+                resolve_timeout: float | None = None) -> AsyncActorHandle:
+        """A copy with a per-call timeout and/or strictness."""
+        copy = AsyncActorHandle(self.client, self.name, self._info,
+                                self.strict if strict is None else strict,
+                                timeout if timeout is not None else self.timeout,
+                                resolve_timeout if resolve_timeout is not None else self.resolve_timeout)
+        copy.incarnation, copy._usable = self.incarnation, self._usable
+        return copy
+
+    @property
+    def address(self) -> str:
+        return self._info.address if self._info is not None else ""
+
+    def __repr__(self) -> str:
+        return f"<ActorHandle {self.name} incarnation {self.incarnation}>"
+
+    async def info(self) -> dict[str, Any]:
+        return await self.client.actor(self.name)
+
+    async def wait_alive(self, timeout: float = 60.0) -> int:
+        """Wait until the actor is ALIVE, adopt that incarnation and return it."""
+        info = await self.client.wait_actor(self.name, timeout)
+        if info.state == pb.ACTOR_DEAD:
+            raise _dead_error(info)
+        self._info, self.incarnation, self._usable = info, info.incarnation, True
+        return info.incarnation
+
+    async def _resolve(self) -> None:
+        """Find the incarnation to call. After a failed call, the coordinator may not
+        have heard of the death yet: if it still names the address that just failed,
+        probe it and, if it does not answer, wait for the next incarnation."""
+        deadline = time.monotonic() + self.resolve_timeout
+        failed = self._failed
+        min_incarnation = 0
+        while True:
+            info = await self.client.wait_actor(
+                self.name, max(0.0, deadline - time.monotonic()), min_incarnation)
+            if info.state == pb.ACTOR_DEAD:
+                raise _dead_error(info)
+            if failed and (info.incarnation, info.address) == failed and min_incarnation == 0:
+                if not await self._answers(info.address, info.incarnation):
+                    min_incarnation = info.incarnation + 1
+                    continue
+            break
+        if self.strict and self.incarnation and info.incarnation != self.incarnation:
+            raise StaleIncarnationError(
+                f"actor {self.name} restarted (incarnation {self.incarnation} -> "
+                f"{info.incarnation}); resync it, then call wait_alive()"
+            )
+        self._info, self.incarnation, self._usable, self._failed = info, info.incarnation, True, None
+
+    async def _answers(self, address: str, incarnation: int, timeout: float = 1.0) -> bool:
+        try:
+            reply = await self.client.actor_stub(address).Ping(
+                pb.PingRequest(incarnation=incarnation), timeout=timeout, metadata=self.client._md)
+            return reply.incarnation == incarnation
+        except grpc.RpcError:
+            await self.client.drop_actor_channel(address)
+            return False
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call `method(*args, **kwargs)` on the actor and return its result.
+
+        Raises ActorError if the method raised, ActorUnavailableError if the actor
+        died or could not be reached during the call, ActorDiedError if it is DEAD.
+        """
+        check_method(method)
+        payload = _encode_call(method, args, kwargs)
+        if not self._usable:
+            await self._resolve()
+        try:
+            return await self._call_once(method, payload)
+        except StaleIncarnationError:
+            # Refused before running: safe to retry once on the current incarnation.
+            self._usable = False
+            if self.strict:
+                raise
+            await self._resolve()
+            return await self._call_once(method, payload)
+        except ActorUnavailableError as e:
+            self._usable = False
+            self._failed = (self.incarnation, self.address)
+            await self.client.drop_actor_channel(self.address)
+            if self.strict or not _never_sent(e):
+                raise
+        # The connection was refused: the call never reached the actor, so it is
+        # safe to send it to whatever incarnation serves now.
+        await self._resolve()
+        return await self._call_once(method, payload)
+
+    async def _call_once(self, method: str, payload: bytes) -> Any:
+        address = self.address
+        header = pb.CallHeader(method=method, incarnation=self.incarnation, total_bytes=len(payload),
+                               caller=self.client.caller)
+        stub = self.client.actor_stub(address)
+        try:
+            call = stub.Call(_request_chunks(header, payload), timeout=self.timeout, metadata=self.client._md)
+            first = None
+            parts: list[bytes] = []
+            async for chunk in call:
+                if first is None:
+                    first = chunk
+                    if chunk.HasField("error"):
+                        e = chunk.error
+                        raise ActorError(e.type, e.message, e.traceback)
+                parts.append(chunk.data)
+        except grpc.RpcError as e:
+            err = error_from_rpc(e, f"actor {self.name} (incarnation {self.incarnation}) at {address}")
+            if isinstance(err, FtrlTimeoutError):
+                err = FtrlTimeoutError(f"call {self.name}.{method}() timed out after {self.timeout:g}s")
+            raise err from None
+        if first is None:
+            raise ActorUnavailableError(f"actor {self.name} closed the call without a reply")
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        if len(data) != first.total_bytes:
+            raise ActorUnavailableError(
+                f"reply from {self.name}.{method}() was cut: {len(data)} of {first.total_bytes} bytes")
+        return codec.decode(data)
+
+    async def state(self) -> Any:
+        """The actor's `__ftrl_state__()` (for resyncing a restarted copy)."""
+        return await self.call("__ftrl_state__")
+
+    async def restore(self, state: Any) -> Any:
+        """Call the actor's `__ftrl_restore__(state)`."""
+        return await self.call("__ftrl_restore__", state)
+
+
+_NOT_SENT = ("failed to connect", "connection refused", "connect failed")
+
+
+def _never_sent(error: ActorUnavailableError) -> bool:
+    """True if gRPC could not even open a connection (the request was not sent)."""
+    text = str(error).lower()
+    return any(marker in text for marker in _NOT_SENT)
+
+
+def _dead_error(info: pb.ActorInfo) -> ActorDiedError:
+    if info.error_type:
+        return ActorStartError(f"actor {info.name} {info.death_reason}", info.error_type)
+    return ActorDiedError(f"actor {info.name} is DEAD: {info.death_reason}")
+
+
+async def first_event(events: AsyncIterator[dict], predicate, timeout: float) -> dict:
+    """The first event matching `predicate` within `timeout` seconds."""
+    async with asyncio.timeout(timeout):
+        async for event in events:
+            if predicate(event):
+                return event
+    raise FtrlTimeoutError("event stream ended")
+
+
+__all__ = ["AsyncActorHandle", "AsyncClient", "FtrlError", "default_address", "first_event"]

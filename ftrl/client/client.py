@@ -1,0 +1,195 @@
+"""`ftrl.Client`: the synchronous SDK. It drives an AsyncClient on a background loop."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ftrl.client.aio import AsyncActorHandle, AsyncClient
+from ftrl.wire.security import Security
+
+
+class _LoopThread:
+    """One daemon thread running an event loop, shared by every sync client."""
+
+    _lock = threading.Lock()
+    _instance: _LoopThread | None = None
+
+    def __init__(self) -> None:
+        try:
+            import uvloop
+
+            self.loop = uvloop.new_event_loop()
+        except ImportError:  # pragma: no cover
+            self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="ftrl-client-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @classmethod
+    def get(cls) -> _LoopThread:
+        with cls._lock:
+            if cls._instance is None or not cls._instance.thread.is_alive():
+                cls._instance = cls()
+            return cls._instance
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("a sync ftrl.Client cannot be used from its own loop thread")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+
+class Client:
+    """Synchronous client of an ftrl cluster.
+
+    `Client(address="host:6380", token=None)`; the token can also come from
+    FTRL_TOKEN / FTRL_TOKEN_FILE. Methods mirror AsyncClient.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        token: str | None = None,
+        *,
+        security: Security | None = None,
+        caller: str = "",
+        timeout: float = 10.0,
+    ) -> None:
+        self._loop = _LoopThread.get()
+        self._aio = AsyncClient(address, token, security=security, caller=caller, timeout=timeout)
+        self.address = self._aio.address
+
+    def _run(self, coro, timeout: float | None = None) -> Any:
+        return self._loop.submit(coro).result(timeout)
+
+    def close(self) -> None:
+        self._run(self._aio.close())
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Nodes: dicts with node_id, address, state (ALIVE|LOST|EXCLUDED), slots, actors, ..."""
+        return self._run(self._aio.nodes())
+
+    def actors(self, prefix: str = "") -> list[dict[str, Any]]:
+        """Actors: dicts with name, class_path, node_id, pid, state, restarts, incarnation, ..."""
+        return self._run(self._aio.actors(prefix))
+
+    def actor(self, name: str) -> dict[str, Any]:
+        return self._run(self._aio.actor(name))
+
+    def cluster_info(self) -> dict[str, Any]:
+        return self._run(self._aio.cluster_info())
+
+    def create_actor(self, class_path: str, name: str | None = None, kwargs: dict | None = None,
+                     max_restarts: int = -1, resources: dict[str, float] | None = None,
+                     **options: Any) -> ActorHandle:
+        """Create an actor and wait until it serves (see AsyncClient.create_actor)."""
+        handle = self._run(self._aio.create_actor(class_path, name, kwargs, max_restarts, resources, **options))
+        return ActorHandle(self, handle)
+
+    def get_actor(self, name: str, strict: bool = False) -> ActorHandle:
+        return ActorHandle(self, self._run(self._aio.get_actor(name, strict)))
+
+    def kill_actor(self, name: str, reason: str = "") -> dict[str, Any]:
+        """Stop an actor for good; returns its final record."""
+        return self._run(self._aio.kill_actor(name, reason))
+
+    def wait_actor(self, name: str, timeout: float = 60.0, min_incarnation: int = 0) -> dict[str, Any]:
+        """Wait until the actor is ALIVE (incarnation >= min_incarnation) or DEAD."""
+        from ftrl.client.convert import actor_dict
+
+        return actor_dict(self._run(self._aio.wait_actor(name, timeout, min_incarnation)))
+
+    def events(self, prefix: str = "", nodes: bool = False, after_seq: int = -1,
+               timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """Iterate over events as they happen; stops after `timeout` s without one."""
+        q: queue.Queue = queue.Queue(10_000)
+        done = object()
+
+        async def pump() -> None:
+            try:
+                async for event in self._aio.events(prefix, nodes, after_seq):
+                    q.put(event)
+            except Exception as e:  # handed to the consumer
+                q.put(e)
+            finally:
+                q.put(done)
+
+        future = self._loop.submit(pump())
+        try:
+            while True:
+                try:
+                    item = q.get(timeout=timeout)
+                except queue.Empty:
+                    return
+                if item is done:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            future.cancel()
+
+
+class ActorHandle:
+    """Synchronous view of an AsyncActorHandle."""
+
+    def __init__(self, client: Client, handle: AsyncActorHandle) -> None:
+        self._client = client
+        self._h = handle
+
+    @property
+    def name(self) -> str:
+        return self._h.name
+
+    @property
+    def incarnation(self) -> int:
+        return self._h.incarnation
+
+    @property
+    def address(self) -> str:
+        return self._h.address
+
+    def __repr__(self) -> str:
+        return f"<ActorHandle {self.name} incarnation {self.incarnation}>"
+
+    def options(self, **options: Any) -> ActorHandle:
+        """A copy with `timeout=` (per call, seconds), `strict=` or `resolve_timeout=`."""
+        return ActorHandle(self._client, self._h.options(**options))
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a method and wait for its result (see AsyncActorHandle.call)."""
+        return self._client._run(self._h.call(method, *args, **kwargs))
+
+    def submit(self, method: str, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        """Start a call and return a Future of its result."""
+        return self._client._loop.submit(self._h.call(method, *args, **kwargs))
+
+    def wait_alive(self, timeout: float = 60.0) -> int:
+        """Wait until ALIVE, adopt the current incarnation and return it."""
+        return self._client._run(self._h.wait_alive(timeout))
+
+    def info(self) -> dict[str, Any]:
+        return self._client._run(self._h.info())
+
+    def state(self) -> Any:
+        return self._client._run(self._h.state())
+
+    def restore(self, state: Any) -> Any:
+        return self._client._run(self._h.restore(state))
+
+    def kill(self, reason: str = "") -> dict[str, Any]:
+        return self._client.kill_actor(self.name, reason)

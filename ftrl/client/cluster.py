@@ -1,0 +1,213 @@
+"""An embedded local cluster: a real coordinator and real workers as subprocesses.
+
+    with ftrl.local_cluster(workers=1, slots=4) as cluster:
+        client = cluster.client()
+
+Used by `ftrl train` without --coordinator and by the integration tests. The
+cluster makes its own token (a 0600 file in its state dir), listens on
+127.0.0.1 only, and is torn down on exit (and, through PR_SET_PDEATHSIG, if
+the process that started it dies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ftrl.client.client import Client
+from ftrl.wire.errors import FtrlError, FtrlTimeoutError
+from ftrl.wire.security import Security, write_token_file
+
+
+class LocalCluster:
+    """Processes of a one-machine cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        workers: int = 1,
+        slots: int | None = None,
+        *,
+        state_dir: str | None = None,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float = 5.0,
+        actor_hang_timeout: float = 10.0,
+        preload: str = "",
+        spares: int = 1,
+        max_node_failures: int = 100,
+        log_level: str = "INFO",
+        auth: bool = True,
+        port: int = 0,
+        env: dict[str, str] | None = None,
+        worker_args: list[str] | None = None,
+    ) -> None:
+        self._own_dir = state_dir is None
+        self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="ftrl-local-"))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.num_workers = workers
+        self.slots = slots
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.actor_hang_timeout = actor_hang_timeout
+        self.preload = preload
+        self.spares = spares
+        self.max_node_failures = max_node_failures
+        self.log_level = log_level
+        self.port = port
+        self.env = {**os.environ, **(env or {}), "FTRL_DIE_WITH_PARENT": "1"}
+        self.env.pop("FTRL_TOKEN", None)
+        self.worker_args = worker_args or []
+        self.token_file = self.state_dir / "token"
+        self.token = write_token_file(self.token_file) if auth else None
+        self.coordinator_proc: subprocess.Popen | None = None
+        self.worker_procs: dict[str, subprocess.Popen] = {}
+        self._clients: list[Client] = []
+
+    # ---------------------------------------------------------------- addresses
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def security(self) -> Security:
+        return Security(token=self.token)
+
+    def client(self, **kwargs) -> Client:
+        """A sync client of this cluster (closed with the cluster)."""
+        client = Client(self.address, security=self.security, **kwargs)
+        self._clients.append(client)
+        return client
+
+    def _python(self, *args: str) -> list[str]:
+        base = [sys.executable, "-m", "ftrl", "--log-level", self.log_level, *args]
+        if self.token:
+            base += ["--token-file", str(self.token_file)]
+        return base
+
+    def _log(self, name: str):
+        return open(self.state_dir / f"{name}.log", "ab")
+
+    # ---------------------------------------------------------------- processes
+
+    def start_coordinator(self, timeout: float = 30.0) -> None:
+        port_file = self.state_dir / "coordinator.port"
+        with contextlib.suppress(FileNotFoundError):
+            port_file.unlink()
+        cmd = self._python(
+            "coordinator", "--host", "127.0.0.1", "--port", str(self.port),
+            "--port-file", str(port_file), "--state-dir", str(self.state_dir / "coordinator"),
+            "--heartbeat-interval", str(self.heartbeat_interval),
+            "--heartbeat-timeout", str(self.heartbeat_timeout),
+            "--max-node-failures", str(self.max_node_failures),
+        )
+        with self._log("coordinator") as log:
+            self.coordinator_proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env,
+                                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while not port_file.exists():
+            if self.coordinator_proc.poll() is not None:
+                raise FtrlError(f"coordinator exited with code {self.coordinator_proc.returncode}; "
+                                f"see {self.state_dir / 'coordinator.log'}")
+            if time.monotonic() > deadline:
+                raise FtrlTimeoutError(f"coordinator did not start within {timeout:g}s")
+            time.sleep(0.02)
+        self.port = int(port_file.read_text().strip())
+
+    def start_worker(self, node_id: str | None = None, slots: int | None = None,
+                     extra: list[str] | None = None) -> str:
+        node_id = node_id or f"local-{len(self.worker_procs)}"
+        cmd = self._python(
+            "worker", "--coordinator", self.address, "--node-id", node_id,
+            "--actor-hang-timeout", str(self.actor_hang_timeout), "--spares", str(self.spares),
+            "--log-dir", str(self.state_dir / "logs" / node_id), *self.worker_args, *(extra or []),
+        )
+        if slots or self.slots:
+            cmd += ["--slots", str(slots or self.slots)]
+        if self.preload:
+            cmd += ["--preload", self.preload]
+        with self._log(f"worker-{node_id}") as log:
+            self.worker_procs[node_id] = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env,
+                                                          stdin=subprocess.DEVNULL)
+        return node_id
+
+    def wait_nodes(self, node_ids: list[str], timeout: float = 60.0) -> None:
+        """Wait until every node in `node_ids` is ALIVE and connected."""
+        client = Client(self.address, security=self.security, timeout=5.0)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                with contextlib.suppress(FtrlError):
+                    nodes = {n["node_id"]: n for n in client.nodes()}
+                    if all(nodes.get(i, {}).get("state") == "ALIVE" and nodes[i]["connected"]
+                           for i in node_ids):
+                        return
+                for node_id in node_ids:
+                    proc = self.worker_procs.get(node_id)
+                    if proc is not None and proc.poll() is not None:
+                        raise FtrlError(f"worker {node_id} exited with code {proc.returncode}; see "
+                                        f"{self.state_dir / f'worker-{node_id}.log'}")
+                if time.monotonic() > deadline:
+                    raise FtrlTimeoutError(f"workers {node_ids} did not join within {timeout:g}s")
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        try:
+            self.start_coordinator()
+            ids = [self.start_worker() for _ in range(self.num_workers)]
+            self.wait_nodes(ids, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @staticmethod
+    def _end(proc: subprocess.Popen | None, timeout: float) -> None:
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def stop(self) -> None:
+        """Stop workers (which stop their actors), then the coordinator."""
+        for client in self._clients:
+            with contextlib.suppress(Exception):
+                client.close()
+        self._clients.clear()
+        for proc in self.worker_procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGCONT)
+                    proc.terminate()
+        for proc in self.worker_procs.values():
+            self._end(proc, 10.0)
+        self._end(self.coordinator_proc, 10.0)
+        if self._own_dir and os.environ.get("FTRL_KEEP_LOCAL_CLUSTER") != "1":
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        if self.coordinator_proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def local_cluster(workers: int = 1, slots: int | None = None, **kwargs) -> LocalCluster:
+    """Start an embedded cluster; use it as a context manager to tear it down."""
+    return LocalCluster(workers, slots, **kwargs).start()

@@ -1,0 +1,66 @@
+"""Proto records as the plain dicts the SDK and `ftrl status --json` promise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ftrl.wire import ftrl_pb2 as pb
+
+# STARTING is internal detail: users see PENDING until the actor serves.
+_ACTOR_STATES = {
+    pb.ACTOR_PENDING: "PENDING",
+    pb.ACTOR_STARTING: "PENDING",
+    pb.ACTOR_ALIVE: "ALIVE",
+    pb.ACTOR_RESTARTING: "RESTARTING",
+    pb.ACTOR_DEAD: "DEAD",
+}
+_NODE_STATES = {pb.NODE_ALIVE: "ALIVE", pb.NODE_LOST: "LOST", pb.NODE_EXCLUDED: "EXCLUDED"}
+
+
+def actor_dict(a: pb.ActorInfo) -> dict[str, Any]:
+    return {
+        "name": a.name,
+        "class_path": a.class_path,
+        "node_id": a.node_id,
+        "address": a.address,
+        "pid": a.pid,
+        "state": _ACTOR_STATES.get(a.state, "UNKNOWN"),
+        "restarts": a.restarts,
+        "incarnation": a.incarnation,
+        "max_restarts": a.max_restarts,
+        "owner": a.owner,
+        "death_reason": a.death_reason,
+        "error_type": a.error_type,
+        "resources": dict(a.resources),
+        "state_since": a.state_since,
+    }
+
+
+def node_dict(n: pb.NodeInfo) -> dict[str, Any]:
+    return {
+        "node_id": n.node_id,
+        "address": n.address,
+        "state": _NODE_STATES.get(n.state, "UNKNOWN"),
+        "slots": n.slots,
+        "actors": list(n.actors),
+        "resources": dict(n.resources),
+        "available": dict(n.available),
+        "failures": n.failures,
+        "last_heartbeat_age_s": round(n.last_heartbeat_age_s, 3),
+        "epoch": n.epoch,
+        "hostname": n.hostname,
+        "pid": n.pid,
+        "connected": n.connected,
+    }
+
+
+def event_dict(e: pb.Event) -> dict[str, Any]:
+    return {
+        "seq": e.seq,
+        "type": pb.EventType.Name(e.type).removeprefix("EVENT_"),
+        "actor": e.actor,
+        "node_id": e.node_id,
+        "incarnation": e.incarnation,
+        "at": e.at,
+        "message": e.message,
+    }

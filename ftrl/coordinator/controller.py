@@ -1,0 +1,645 @@
+"""The coordinator's brain: membership, actor registry, placement and failover policy.
+
+Plain synchronous code with no network: the gRPC servicer feeds it inputs
+(registrations, heartbeats, worker reports, client requests, clock ticks) and it
+answers with messages for nodes (through the injected `send`) and events. All
+of it runs on the coordinator's event loop thread, so no locks are needed.
+
+Failover policy, in one place:
+- A dead actor is restarted in place (same node) while it has restarts left
+  (`max_restarts`, -1 = unlimited). The worker usually restarts it locally at
+  once and tells us (`restarting_locally`); otherwise we send StartActor, after
+  a capped backoff when it keeps crashing right after starting.
+- Out of restarts -> DEAD; the death reason names the last failure.
+- Each unexpected actor death counts against its node; a node over
+  `max_node_failures` is EXCLUDED: its actors move to other nodes and the
+  launcher hook is asked to relaunch it.
+- A node without heartbeats for `heartbeat_timeout_s` is LOST; its actors get a
+  new incarnation elsewhere (or wait as RESTARTING until a node fits), and the
+  old incarnations are fenced: when the node comes back it is told to stop them.
+- Reports are deduplicated by (actor, incarnation, kind).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ftrl import __version__
+from ftrl.coordinator.events import EventLog
+from ftrl.coordinator.launcher import LoggingLauncher, NodeLauncher
+from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState
+from ftrl.util.backoff import restart_delay
+from ftrl.wire import codec
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    StaleIncarnationError,
+)
+from ftrl.wire.limits import (
+    MAX_ACTORS,
+    MAX_KWARGS_BYTES,
+    check_class_path,
+    check_name,
+    check_resources,
+)
+
+log = logging.getLogger(__name__)
+
+E = pb.EventType
+DEFAULT_RESOURCES = {"cpu": 1.0}
+MAX_RUNNING_REPORTED = 10_000
+#: How many incarnations a worker may use for local restarts before asking again.
+LOCAL_RESTART_RANGE = 1000
+_DEDUP_KEYS = 100_000
+
+
+@dataclass
+class ControllerConfig:
+    """Coordinator policy knobs."""
+
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    max_node_failures: int = 100  # -1: never exclude a node
+    restart_backoff_base_s: float = 0.1
+    restart_backoff_cap_s: float = 2.0
+    quick_crash_s: float = 1.0  # a death sooner than this after start counts as a crash loop
+    adopt_unknown_actors: bool = True  # no durable state: trust what workers report
+    max_actors: int = MAX_ACTORS
+
+    def validate(self) -> None:
+        if not (0 < self.heartbeat_interval_s < self.heartbeat_timeout_s):
+            raise InvalidArgumentError(
+                "need 0 < heartbeat interval < heartbeat timeout, got "
+                f"{self.heartbeat_interval_s} and {self.heartbeat_timeout_s}"
+            )
+
+
+Send = Callable[[str, pb.CoordinatorMessage], bool]
+
+
+class Controller:
+    """Cluster state plus the failover policy; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ControllerConfig | None = None,
+        send: Send | None = None,
+        launcher: NodeLauncher | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or ControllerConfig()
+        self.config.validate()
+        self.send: Send = send or (lambda node_id, msg: False)
+        self.launcher = launcher or LoggingLauncher()
+        self.clock = clock
+        self.coordinator_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        self.started = clock()
+        self.nodes: dict[str, NodeRecord] = {}
+        self.actors: dict[str, ActorRecord] = {}
+        self.events = EventLog()
+        self._by_heartbeat: OrderedDict[str, None] = OrderedDict()  # oldest first
+        self._seen: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+        self._waiting: set[str] = set()  # actors to start or place
+        self._last_epoch = 0
+        self.on_actor_change: Callable[[str], None] = lambda name: None
+        self.on_node_fenced: Callable[[str], None] = lambda node_id: None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _next_epoch(self) -> int:
+        # Wall-clock based so epochs keep growing across coordinator restarts.
+        self._last_epoch = max(self._last_epoch + 1, int(time.time() * 1000))
+        return self._last_epoch
+
+    def _changed(self, rec: ActorRecord) -> None:
+        self.on_actor_change(rec.name)
+
+    def _emit(self, type_: int, rec: ActorRecord | None = None, node_id: str = "", message: str = ""):
+        if rec is not None:
+            self.events.emit(type_, rec.name, rec.node_id, rec.incarnation, message)
+            self._changed(rec)
+        else:
+            self.events.emit(type_, node_id=node_id, message=message)
+
+    def _dedup(self, name: str, incarnation: int, kind: int) -> bool:
+        """True if this report was seen before (and so must be ignored)."""
+        key = (name, incarnation, kind)
+        if key in self._seen:
+            return True
+        self._seen[key] = None
+        while len(self._seen) > _DEDUP_KEYS:
+            self._seen.popitem(last=False)
+        return False
+
+    def node(self, node_id: str, epoch: int) -> NodeRecord:
+        """The node of a live registration; a stale epoch is refused (fencing)."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise NotFoundError(f"node {node_id!r} is not registered; register first")
+        if node.epoch != epoch:
+            raise StaleIncarnationError(
+                f"node {node_id!r} epoch {epoch} is stale (current {node.epoch}); register again"
+            )
+        if node.state == NodeState.LOST:
+            raise StaleIncarnationError(f"node {node_id!r} was declared lost; register again")
+        return node
+
+    # ------------------------------------------------------------------ nodes
+
+    def register_node(self, req: pb.RegisterNodeRequest) -> pb.RegisterNodeReply:
+        """A worker (re)joins. Reconciles the actors it reports with our records."""
+        check_name(req.node_id, "node id")
+        if not req.session_id or len(req.session_id) > 128:
+            raise InvalidArgumentError("session id must be 1..128 characters")
+        if not req.address or len(req.address) > 256:
+            raise InvalidArgumentError("node address must be 1..256 characters")
+        resources = check_resources(dict(req.resources), "node resources")
+        if len(req.running) > MAX_RUNNING_REPORTED:
+            raise ResourceExhaustedError(
+                f"{len(req.running)} running actors reported; the limit is {MAX_RUNNING_REPORTED}"
+            )
+        now = self.clock()
+        old = self.nodes.get(req.node_id)
+        if (
+            old is not None
+            and old.session_id != req.session_id
+            and old.state != NodeState.LOST
+            and old.connected
+        ):
+            raise AlreadyExistsError(
+                f"node id {req.node_id!r} is already registered by a live worker "
+                f"(pid {old.pid} on {old.hostname or old.address}); give each worker a "
+                "unique --node-id"
+            )
+        epoch = self._next_epoch()
+        node = NodeRecord(
+            node_id=req.node_id,
+            session_id=req.session_id,
+            address=req.address,
+            resources=resources,
+            slots=req.slots,
+            epoch=epoch,
+            hostname=req.hostname,
+            pid=req.pid,
+            last_heartbeat=now,
+        )
+        relaunched = old is None or old.session_id != req.session_id
+        if old is not None:
+            if old.connected:
+                self.on_node_fenced(old.node_id)  # close the old stream
+            if not relaunched:
+                node.failures = old.failures
+                if old.state == NodeState.EXCLUDED:
+                    node.state = NodeState.EXCLUDED
+            # Actors placed there stay assigned; reconciliation below decides.
+            node.actors = set(old.actors)
+            node.used = dict(old.used)
+        self.nodes[req.node_id] = node
+        self._by_heartbeat[req.node_id] = None
+        self._by_heartbeat.move_to_end(req.node_id)
+        stops = self._reconcile(node, req.running, was_lost=old is not None and old.state == NodeState.LOST)
+        log.info(
+            "node %s registered (epoch %d, %s, resources %s, %d running actors, %d to stop)",
+            node.node_id, epoch, "new session" if relaunched else "reconnect",
+            resources, len(req.running), len(stops),
+        )
+        self._emit(E.EVENT_NODE_JOINED, node_id=node.node_id, message=f"epoch {epoch}")
+        return pb.RegisterNodeReply(
+            node_epoch=epoch,
+            heartbeat_interval_s=self.config.heartbeat_interval_s,
+            heartbeat_timeout_s=self.config.heartbeat_timeout_s,
+            stop=stops,
+            coordinator_id=self.coordinator_id,
+        )
+
+    def _reconcile(self, node: NodeRecord, running, was_lost: bool) -> list[pb.StopActor]:
+        stops: list[pb.StopActor] = []
+        reported: set[str] = set()
+        for ra in running:
+            name = ra.spec.name
+            try:
+                check_name(name, "actor name")
+            except InvalidArgumentError:
+                continue
+            reported.add(name)
+            rec = self.actors.get(name)
+            if rec is None:
+                if self.config.adopt_unknown_actors and not was_lost:
+                    self._adopt(node, ra)
+                else:
+                    stops.append(pb.StopActor(name=name, incarnation=ra.incarnation,
+                                              reason="unknown to the coordinator", fenced=True))
+                continue
+            ours = rec.node_id == node.node_id and rec.state != ActorState.DEAD
+            if ours and rec.incarnation == ra.incarnation:
+                rec.address, rec.pid, rec.node_epoch = ra.address, ra.pid, node.epoch
+                if ra.address and rec.state in (ActorState.STARTING, ActorState.RESTARTING):
+                    self._set_alive(rec)
+            elif ours and ra.incarnation > rec.incarnation and not was_lost:
+                # The worker restarted it locally while its reports did not reach us.
+                rec.incarnation, rec.restarts = ra.incarnation, max(rec.restarts, ra.restarts)
+                rec.address, rec.pid, rec.node_epoch = ra.address, ra.pid, node.epoch
+                if ra.address:
+                    self._set_alive(rec)
+            else:
+                why = (
+                    f"fenced: {name} incarnation {ra.incarnation} was replaced by incarnation "
+                    f"{rec.incarnation} on node {rec.node_id or '(none)'}"
+                    if rec.state != ActorState.DEAD
+                    else f"{name} is DEAD: {rec.death_reason}"
+                )
+                stops.append(pb.StopActor(name=name, incarnation=ra.incarnation, reason=why, fenced=True))
+        # Actors we placed here that the worker does not run any more died meanwhile.
+        for name in sorted(node.actors - reported):
+            rec = self.actors.get(name)
+            if rec is None or rec.node_id != node.node_id or rec.state == ActorState.DEAD:
+                continue
+            if rec.state in (ActorState.ALIVE, ActorState.STARTING, ActorState.RESTARTING):
+                if rec.state == ActorState.RESTARTING and name in self._waiting:
+                    continue  # a start is already on its way
+                self._actor_failed(rec, "not running on its node after the node reconnected",
+                                   count_node_failure=False)
+        return stops
+
+    def _adopt(self, node: NodeRecord, ra: pb.RunningActor) -> None:
+        rec = ActorRecord(spec=ra.spec, incarnation=ra.incarnation, restarts=ra.restarts)
+        rec.node_id, rec.address, rec.pid, rec.node_epoch = node.node_id, ra.address, ra.pid, node.epoch
+        rec.local_until = ra.local_until or ra.incarnation + LOCAL_RESTART_RANGE
+        rec.started_at = self.clock()
+        rec.ever_alive = True
+        node.reserve(rec.name, rec.resources)
+        self.actors[rec.name] = rec
+        rec.set_state(ActorState.ALIVE if ra.address else ActorState.STARTING)
+        log.info("adopted actor %s (incarnation %d) reported by node %s", rec.name, rec.incarnation, node.node_id)
+        self._emit(E.EVENT_ALIVE, rec, message="adopted from a worker report")
+
+    def connect_node(self, node_id: str, epoch: int) -> NodeRecord:
+        """The node's stream is open: it can receive commands now."""
+        node = self.node(node_id, epoch)
+        node.connected = True
+        self.heartbeat(node_id, epoch)
+        self._pump()
+        return node
+
+    def disconnect_node(self, node_id: str, epoch: int) -> None:
+        node = self.nodes.get(node_id)
+        if node is not None and node.epoch == epoch:
+            node.connected = False
+
+    def heartbeat(self, node_id: str, epoch: int) -> None:
+        node = self.node(node_id, epoch)
+        node.last_heartbeat = self.clock()
+        self._by_heartbeat.move_to_end(node_id)
+
+    def _lose_node(self, node: NodeRecord, reason: str) -> None:
+        node.state = NodeState.LOST
+        was_connected, node.connected = node.connected, False
+        self._by_heartbeat.pop(node.node_id, None)
+        log.warning("node %s LOST: %s", node.node_id, reason)
+        self._emit(E.EVENT_NODE_LOST, node_id=node.node_id, message=reason)
+        if was_connected:
+            self.on_node_fenced(node.node_id)
+        for name in sorted(node.actors):
+            rec = self.actors.get(name)
+            node.release(name, rec.resources if rec else {})
+            if rec is None or rec.node_id != node.node_id or rec.state == ActorState.DEAD:
+                continue
+            self._actor_failed(rec, f"node {node.node_id} lost ({reason})",
+                               count_node_failure=False, same_node=False)
+
+    def _exclude_node(self, node: NodeRecord) -> None:
+        reason = f"{node.failures} actor failures > max_node_failures={self.config.max_node_failures}"
+        node.state = NodeState.EXCLUDED
+        log.warning("node %s EXCLUDED: %s", node.node_id, reason)
+        self._emit(E.EVENT_NODE_EXCLUDED, node_id=node.node_id, message=reason)
+        for name in sorted(node.actors):
+            rec = self.actors.get(name)
+            if rec is None or rec.node_id != node.node_id or rec.state == ActorState.DEAD:
+                node.release(name, rec.resources if rec else {})
+                continue
+            self.send(node.node_id, pb.CoordinatorMessage(stop=pb.StopActor(
+                name=name, incarnation=rec.incarnation, reason=f"node excluded: {reason}", fenced=True)))
+            node.release(name, rec.resources)
+            self._move(rec, f"node {node.node_id} excluded")
+        self.launcher.relaunch(node, reason)
+
+    def tick(self) -> None:
+        """Periodic work: declare silent nodes lost, start actors whose backoff ended."""
+        now = self.clock()
+        deadline = now - self.config.heartbeat_timeout_s
+        while self._by_heartbeat:
+            node_id = next(iter(self._by_heartbeat))
+            node = self.nodes.get(node_id)
+            if node is None or node.state == NodeState.LOST:
+                self._by_heartbeat.pop(node_id)
+                continue
+            if node.last_heartbeat > deadline:
+                break
+            self._lose_node(node, f"no heartbeat for {now - node.last_heartbeat:.1f}s")
+        self._pump()
+
+    # ------------------------------------------------------------------ placement
+
+    def _choose_node(self, rec: ActorRecord) -> NodeRecord | None:
+        need = rec.resources
+        best: NodeRecord | None = None
+        best_key: tuple[float, int] | None = None
+        for node in self.nodes.values():
+            if not node.schedulable() or not node.fits(need):
+                continue
+            key = (-node.available().get("cpu", 0.0), len(node.actors))
+            if best_key is None or key < best_key:
+                best, best_key = node, key
+        return best
+
+    def _pump(self) -> None:
+        """Start every waiting actor whose backoff has passed and that has a node."""
+        if not self._waiting:
+            return
+        now = self.clock()
+        for name in sorted(self._waiting):
+            rec = self.actors.get(name)
+            if rec is None or rec.state not in (ActorState.PENDING, ActorState.RESTARTING):
+                self._waiting.discard(name)
+                continue
+            if rec.start_at > now:
+                continue
+            node = self.nodes.get(rec.node_id) if rec.node_id else None
+            if node is None or not node.schedulable() or rec.name not in node.actors:
+                if node is not None:
+                    node.release(rec.name, rec.resources)
+                node = self._choose_node(rec)
+                if node is None:
+                    continue
+                node.reserve(rec.name, rec.resources)
+                rec.node_id = node.node_id
+            local_until = rec.incarnation + LOCAL_RESTART_RANGE
+            msg = pb.CoordinatorMessage(start=pb.StartActor(
+                spec=rec.spec, incarnation=rec.incarnation, restarts=rec.restarts,
+                local_until=local_until))
+            if not self.send(node.node_id, msg):
+                continue
+            rec.node_epoch = node.epoch
+            rec.local_until = local_until
+            self._waiting.discard(name)
+            if rec.state == ActorState.PENDING:
+                rec.set_state(ActorState.STARTING)
+            self._changed(rec)
+
+    def _move(self, rec: ActorRecord, why: str) -> None:
+        """Give `rec` a new incarnation on another node (not counted as a restart)."""
+        self._emit(E.EVENT_DIED, rec, message=why)
+        rec.incarnation = self._incarnation_elsewhere(rec)
+        rec.node_id, rec.address, rec.pid = "", "", 0
+        rec.start_at = 0.0
+        rec.set_state(ActorState.RESTARTING)
+        self._waiting.add(rec.name)
+        self._pump()
+
+    # ------------------------------------------------------------------ actor lifecycle
+
+    @staticmethod
+    def _incarnation_elsewhere(rec: ActorRecord) -> int:
+        """The next incarnation when the actor leaves its node: past every number
+        that node could still use for local restarts, so none is ever run twice."""
+        return max(rec.incarnation + 1, rec.local_until)
+
+    def _set_alive(self, rec: ActorRecord) -> None:
+        restarted = rec.restarts > 0 or rec.incarnation > 1
+        rec.started_at = self.clock()
+        rec.death_reason = ""
+        rec.ever_alive = True
+        rec.set_state(ActorState.ALIVE)
+        self._emit(E.EVENT_RESTARTED if restarted else E.EVENT_ALIVE, rec)
+
+    def _has_restarts_left(self, rec: ActorRecord) -> bool:
+        return rec.spec.max_restarts < 0 or rec.restarts < rec.spec.max_restarts
+
+    def _note_crash(self, rec: ActorRecord) -> None:
+        quick = rec.started_at == 0.0 or self.clock() - rec.started_at < self.config.quick_crash_s
+        rec.crash_streak = rec.crash_streak + 1 if quick else 1
+
+    @staticmethod
+    def _out_of_restarts(rec: ActorRecord, reason: str) -> str:
+        first, _, details = reason.partition("\n")
+        text = f"{first}; no restarts left (max_restarts={rec.spec.max_restarts})"
+        return f"{text}\n{details}" if details else text
+
+    def _mark_dead(self, rec: ActorRecord, reason: str, error_type: str = "") -> None:
+        node = self.nodes.get(rec.node_id)
+        if node is not None:
+            node.release(rec.name, rec.resources)
+        self._waiting.discard(rec.name)
+        rec.death_reason = reason
+        rec.error_type = error_type
+        rec.address, rec.pid = "", 0
+        rec.set_state(ActorState.DEAD)
+        log.warning("actor %s DEAD: %s", rec.name, reason)
+        self._emit(E.EVENT_DEAD, rec, message=reason)
+
+    def _actor_failed(
+        self,
+        rec: ActorRecord,
+        reason: str,
+        count_node_failure: bool = True,
+        same_node: bool = True,
+        error_type: str = "",
+    ) -> None:
+        """The current incarnation is gone and nobody restarts it yet: decide."""
+        node = self.nodes.get(rec.node_id)
+        self._emit(E.EVENT_DIED, rec, message=reason)
+        self._note_crash(rec)
+        if count_node_failure and node is not None:
+            node.failures += 1
+        if not self._has_restarts_left(rec):
+            self._mark_dead(rec, self._out_of_restarts(rec, reason), error_type)
+        else:
+            rec.restarts += 1
+            rec.incarnation = rec.incarnation + 1 if same_node else self._incarnation_elsewhere(rec)
+            rec.address, rec.pid = "", 0
+            rec.set_state(ActorState.RESTARTING)
+            delay = restart_delay(rec.crash_streak - 1, self.config.restart_backoff_base_s,
+                                  self.config.restart_backoff_cap_s)
+            rec.start_at = self.clock() + delay
+            if not same_node and node is not None:
+                node.release(rec.name, rec.resources)
+                rec.node_id = ""
+            self._waiting.add(rec.name)
+            self._pump()
+        if count_node_failure and node is not None and self._over_node_limit(node):
+            self._exclude_node(node)
+
+    def _over_node_limit(self, node: NodeRecord) -> bool:
+        limit = self.config.max_node_failures
+        return node.state == NodeState.ALIVE and limit >= 0 and node.failures > limit
+
+    def report(self, node_id: str, epoch: int, r: pb.ActorReport) -> None:
+        """A worker tells us what happened to one of its actors."""
+        node = self.node(node_id, epoch)
+        if self._dedup(r.name, r.incarnation, r.kind):
+            return
+        rec = self.actors.get(r.name)
+        if rec is None:
+            if r.kind in (pb.REPORT_STARTED,):
+                self.send(node_id, pb.CoordinatorMessage(stop=pb.StopActor(
+                    name=r.name, incarnation=r.incarnation, reason="unknown actor", fenced=True)))
+            return
+        current = rec.node_id == node_id and rec.state != ActorState.DEAD
+        if r.kind == pb.REPORT_STARTED:
+            if current and r.incarnation == rec.incarnation:
+                rec.address, rec.pid, rec.node_epoch = r.address, r.pid, epoch
+                if rec.state != ActorState.ALIVE:
+                    self._set_alive(rec)
+            elif current and r.incarnation > rec.incarnation:
+                rec.incarnation = r.incarnation
+                rec.address, rec.pid, rec.node_epoch = r.address, r.pid, epoch
+                self._set_alive(rec)
+            else:
+                why = (f"{rec.name} is DEAD" if rec.state == ActorState.DEAD else
+                       f"incarnation {r.incarnation} is stale (current {rec.incarnation} on "
+                       f"{rec.node_id or 'no node'})")
+                self.send(node_id, pb.CoordinatorMessage(stop=pb.StopActor(
+                    name=r.name, incarnation=r.incarnation, reason=f"fenced: {why}", fenced=True)))
+            return
+        if not current or r.incarnation != rec.incarnation:
+            return  # news about an incarnation we already replaced
+        if r.kind == pb.REPORT_HUNG:
+            self.events.emit(E.EVENT_DIED, rec.name, node_id, rec.incarnation, f"hung: {r.reason}")
+            return
+        if r.kind == pb.REPORT_STOPPED:
+            return
+        if r.kind == pb.REPORT_START_FAILED and not rec.ever_alive:
+            # The first construction failed: almost always a bad class path or kwargs.
+            self._emit(E.EVENT_DIED, rec, message=r.reason)
+            self._mark_dead(rec, f"failed to start: {r.reason}", r.error_type or "ActorStartError")
+            return
+        reason = r.reason or f"exited with code {r.exit_code}"
+        if r.kind == pb.REPORT_EXITED and r.restarting_locally:
+            self._emit(E.EVENT_DIED, rec, message=reason)
+            self._note_crash(rec)
+            node.failures += 1
+            if not self._has_restarts_left(rec) or r.next_incarnation >= rec.local_until:
+                self.send(node_id, pb.CoordinatorMessage(stop=pb.StopActor(
+                    name=rec.name, incarnation=r.next_incarnation, reason="no restarts left")))
+                self._mark_dead(rec, self._out_of_restarts(rec, reason))
+            else:
+                rec.restarts += 1
+                rec.incarnation = r.next_incarnation
+                rec.address, rec.pid = "", 0
+                rec.set_state(ActorState.RESTARTING)
+                self._changed(rec)
+            if self._over_node_limit(node):
+                self._exclude_node(node)
+            return
+        self._actor_failed(rec, reason, error_type=r.error_type)
+
+    # ------------------------------------------------------------------ client API
+
+    def create_actor(self, spec: pb.ActorSpec, get_if_exists: bool = False) -> ActorRecord:
+        """Register a new actor and place it; returns its record (PENDING or STARTING)."""
+        check_name(spec.name, "actor name")
+        check_class_path(spec.class_path)
+        if len(spec.kwargs) > MAX_KWARGS_BYTES:
+            raise ResourceExhaustedError(
+                f"actor kwargs are {len(spec.kwargs)} bytes; the limit is {MAX_KWARGS_BYTES}"
+            )
+        kwargs = codec.decode(spec.kwargs, codec.SMALL_LIMITS) if spec.kwargs else {}
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise InvalidArgumentError("actor kwargs must be a msgpack map with string keys")
+        if spec.env:
+            env = codec.decode(spec.env, codec.SMALL_LIMITS)
+            if not isinstance(env, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+            ):
+                raise InvalidArgumentError("actor env must be a map of strings to strings")
+        if spec.max_restarts < -1:
+            raise InvalidArgumentError(f"max_restarts must be >= -1, got {spec.max_restarts}")
+        if spec.max_concurrency < 0 or spec.max_concurrency > 1024:
+            raise InvalidArgumentError("max_concurrency must be 0..1024")
+        resources = check_resources(dict(spec.resources) or DEFAULT_RESOURCES, "actor resources")
+        existing = self.actors.get(spec.name)
+        if existing is not None and existing.state != ActorState.DEAD:
+            if get_if_exists:
+                return existing
+            raise AlreadyExistsError(f"an actor named {spec.name!r} exists already ({existing.state.value})")
+        live = sum(1 for r in self.actors.values() if r.state != ActorState.DEAD)
+        if existing is None and len(self.actors) >= self.config.max_actors:
+            self._forget_dead()
+        if live >= self.config.max_actors:
+            raise ResourceExhaustedError(f"the cluster holds {live} actors; the limit is {self.config.max_actors}")
+        if not any(self._could_ever_fit(n, resources) for n in self.nodes.values()) and self.nodes:
+            log.info("actor %s needs %s; no node has that much now, it waits", spec.name, resources)
+        stored = pb.ActorSpec()
+        stored.CopyFrom(spec)
+        stored.resources.clear()
+        stored.resources.update(resources)
+        if stored.max_concurrency == 0:
+            stored.max_concurrency = 1
+        rec = ActorRecord(spec=stored, incarnation=(existing.incarnation + 1) if existing else 1)
+        self.actors[rec.name] = rec
+        self._emit(E.EVENT_CREATED, rec)
+        self._waiting.add(rec.name)
+        self._pump()
+        return rec
+
+    @staticmethod
+    def _could_ever_fit(node: NodeRecord, need: dict[str, float]) -> bool:
+        return all(node.resources.get(k, 0.0) >= v for k, v in need.items() if v > 0)
+
+    def _forget_dead(self) -> None:
+        for name in [n for n, r in self.actors.items() if r.state == ActorState.DEAD]:
+            del self.actors[name]
+
+    def kill_actor(self, name: str, reason: str = "") -> ActorRecord:
+        """Stop an actor for good (no restart)."""
+        rec = self.actors.get(name)
+        if rec is None:
+            raise NotFoundError(f"no actor named {name!r}")
+        if rec.state == ActorState.DEAD:
+            return rec
+        if rec.node_id:
+            self.send(rec.node_id, pb.CoordinatorMessage(stop=pb.StopActor(
+                name=name, incarnation=rec.incarnation, reason=reason or "killed")))
+        self._mark_dead(rec, f"killed: {reason}" if reason else "killed")
+        return rec
+
+    def get_actor(self, name: str) -> ActorRecord:
+        rec = self.actors.get(name)
+        if rec is None:
+            raise NotFoundError(f"no actor named {name!r}")
+        return rec
+
+    def check_caller(self, caller: str) -> None:
+        """Refuse calls from an actor incarnation that has been replaced (fencing)."""
+        if "@" not in caller:
+            return  # a plain client
+        name, _, inc = caller.rpartition("@")
+        rec = self.actors.get(name)
+        if rec is None or not inc.isdigit():
+            return
+        if int(inc) < rec.incarnation or (rec.state == ActorState.DEAD and int(inc) == rec.incarnation):
+            raise PermissionDeniedError(
+                f"caller {caller} is fenced: {name} is now incarnation {rec.incarnation} "
+                f"({rec.state.value})"
+            )
+
+    def cluster_info(self) -> pb.ClusterInfo:
+        return pb.ClusterInfo(
+            coordinator_id=self.coordinator_id,
+            version=__version__,
+            uptime_s=self.clock() - self.started,
+            heartbeat_interval_s=self.config.heartbeat_interval_s,
+            heartbeat_timeout_s=self.config.heartbeat_timeout_s,
+            max_node_failures=self.config.max_node_failures,
+            event_seq=self.events.seq,
+        )

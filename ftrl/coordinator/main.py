@@ -1,0 +1,56 @@
+"""`ftrl coordinator`: run the control plane until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from ftrl.coordinator.controller import Controller, ControllerConfig
+from ftrl.coordinator.server import CoordinatorServer
+from ftrl.util.files import atomic_write_bytes
+from ftrl.util.runtime import stop_on_signals
+from ftrl.wire.security import Security, check_bind
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CoordinatorOptions:
+    host: str = "127.0.0.1"
+    port: int = 6380
+    state_dir: str | None = None
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    max_node_failures: int = 100
+    port_file: str | None = None
+
+
+async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Event | None = None) -> None:
+    """Serve until `stop` is set (or a signal arrives)."""
+    check_bind(opts.host, security, "the coordinator")
+    config = ControllerConfig(
+        heartbeat_interval_s=opts.heartbeat_interval_s,
+        heartbeat_timeout_s=opts.heartbeat_timeout_s,
+        max_node_failures=opts.max_node_failures,
+    )
+    controller = Controller(config)
+    server = CoordinatorServer(controller, security, opts.host, opts.port)
+    port = await server.start()
+    if stop is None:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+    log.info(
+        "ftrl coordinator %s listening on %s:%d (auth: %s, tls: %s, heartbeat %.1fs/%.1fs)",
+        controller.coordinator_id, opts.host, port,
+        "token" if security.token else "none", "on" if security.tls else "off",
+        opts.heartbeat_interval_s, opts.heartbeat_timeout_s,
+    )
+    if opts.port_file:
+        atomic_write_bytes(Path(opts.port_file), f"{port}\n".encode())
+    try:
+        await stop.wait()
+    finally:
+        log.info("coordinator stopping")
+        await server.stop(grace=1.0)

@@ -1,0 +1,305 @@
+"""The coordinator's gRPC server: a thin servicer over the Controller.
+
+Each worker holds one `Connect` stream: heartbeats and actor reports go up,
+acks and start/stop commands come down. Clients use unary calls plus the
+`WatchEvents` server stream. Also serves grpc.health.v1 and reflection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ftrl.coordinator.controller import Controller
+from ftrl.coordinator.records import ActorState
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire import ftrl_pb2_grpc as pb_grpc
+from ftrl.wire.errors import FtrlError, InvalidArgumentError, status_of
+from ftrl.wire.grpcopts import server_options
+from ftrl.wire.limits import MAX_CONTROL_MESSAGE, RateLimiter, check_name, peer_host
+from ftrl.wire.security import CALLER_HEADER, Security, bind
+
+log = logging.getLogger(__name__)
+
+_CLOSE = object()
+NODE_QUEUE = 100_000
+MAX_WAIT_S = 300.0
+
+
+def _caller(context: aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CALLER_HEADER and isinstance(value, str):
+            return value[:256]
+    return ""
+
+
+def _unary(fn):
+    """Map FtrlError (and bugs) to gRPC statuses for a unary handler."""
+
+    @functools.wraps(fn)
+    async def wrapper(self, request, context):
+        try:
+            return await fn(self, request, context)
+        except FtrlError as e:
+            code, message = status_of(e)
+            await context.abort(code, message)
+        except (asyncio.CancelledError, aio.AbortError):
+            raise
+        except Exception as e:
+            log.exception("%s failed", fn.__name__)
+            code, message = status_of(e)
+            await context.abort(code, message)
+
+    return wrapper
+
+
+class _NodeStream:
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.queue: asyncio.Queue = asyncio.Queue(NODE_QUEUE)
+
+    def put(self, item) -> bool:
+        try:
+            self.queue.put_nowait(item)
+            return True
+        except asyncio.QueueFull:
+            return False
+
+
+class CoordinatorServicer(pb_grpc.CoordinatorServicer):
+    """Translates RPCs into Controller calls."""
+
+    def __init__(self, controller: Controller, create_rate: float = 200.0, create_burst: float = 2000.0):
+        self.c = controller
+        self.streams: dict[str, _NodeStream] = {}
+        self._changes: dict[str, asyncio.Event] = {}
+        self._create_limit = RateLimiter(create_rate, create_burst, "CreateActor")
+        controller.send = self._send
+        controller.on_actor_change = self._actor_changed
+        controller.on_node_fenced = self._close_stream
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _send(self, node_id: str, msg: pb.CoordinatorMessage) -> bool:
+        stream = self.streams.get(node_id)
+        return stream is not None and stream.put(msg)
+
+    def _close_stream(self, node_id: str) -> None:
+        stream = self.streams.pop(node_id, None)
+        if stream is not None:
+            stream.put(_CLOSE)
+
+    def _actor_changed(self, name: str) -> None:
+        event = self._changes.pop(name, None)
+        if event is not None:
+            event.set()
+
+    def _check_caller(self, context: aio.ServicerContext) -> None:
+        caller = _caller(context)
+        if caller:
+            self.c.check_caller(caller)
+
+    # ---------------------------------------------------------------- node agents
+
+    @_unary
+    async def RegisterNode(self, request, context):
+        return self.c.register_node(request)
+
+    async def Connect(self, request_iterator, context) -> AsyncIterator[pb.CoordinatorMessage]:
+        try:
+            first = await asyncio.wait_for(request_iterator.__anext__(), timeout=30)
+        except (StopAsyncIteration, asyncio.TimeoutError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Connect needs a first message")
+            return
+        node_id, epoch = first.node_id, first.epoch
+        try:
+            self.c.connect_node(node_id, epoch)
+        except FtrlError as e:
+            await context.abort(*status_of(e))
+            return
+        old = self.streams.get(node_id)
+        if old is not None:
+            old.put(_CLOSE)
+        stream = _NodeStream(epoch)
+        self.streams[node_id] = stream
+        if first.HasField("heartbeat"):
+            stream.put(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=first.heartbeat.seq)))
+        error: list[BaseException] = []
+        reader = asyncio.create_task(self._read_node(request_iterator, node_id, epoch, stream, error))
+        try:
+            while True:
+                item = await stream.queue.get()
+                if item is _CLOSE:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            if self.streams.get(node_id) is stream:
+                del self.streams[node_id]
+                self.c.disconnect_node(node_id, epoch)
+        if error:
+            await context.abort(*status_of(error[0]))
+
+    async def _read_node(self, requests, node_id: str, epoch: int, stream: _NodeStream, error: list) -> None:
+        try:
+            async for msg in requests:
+                if msg.node_id != node_id or msg.epoch != epoch:
+                    raise InvalidArgumentError("node id and epoch must not change within a stream")
+                if msg.HasField("heartbeat"):
+                    self.c.heartbeat(node_id, epoch)
+                    stream.put(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=msg.heartbeat.seq)))
+                elif msg.HasField("report"):
+                    self.c.report(node_id, epoch, msg.report)
+        except FtrlError as e:
+            error.append(e)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a broken stream or a bug; the node reconnects
+            if not isinstance(e, grpc.RpcError):
+                log.exception("node %s stream failed", node_id)
+        stream.put(_CLOSE)
+
+    # ---------------------------------------------------------------- clients
+
+    @_unary
+    async def CreateActor(self, request, context):
+        self._check_caller(context)
+        self._create_limit.take(peer_host(context.peer() or ""))
+        spec = request.spec
+        if not spec.owner:
+            spec.owner = _caller(context).rpartition("@")[0] or "client"
+        return self.c.create_actor(spec, request.get_if_exists).to_proto()
+
+    @_unary
+    async def KillActor(self, request, context):
+        self._check_caller(context)
+        check_name(request.name, "actor name")
+        rec = self.c.kill_actor(request.name, request.reason[:500])
+        return pb.KillActorReply(actor=rec.to_proto())
+
+    @_unary
+    async def GetActor(self, request, context):
+        self._check_caller(context)
+        check_name(request.name, "actor name")
+        if not (0.0 <= request.wait_s <= MAX_WAIT_S):
+            raise InvalidArgumentError(f"wait_s must be in [0, {MAX_WAIT_S:g}]")
+        rec = self.c.get_actor(request.name)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.wait_s
+        while request.wait_s > 0:
+            if rec.state == ActorState.DEAD:
+                break
+            if rec.state == ActorState.ALIVE and rec.incarnation >= request.min_incarnation:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            event = self._changes.setdefault(request.name, asyncio.Event())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+            rec = self.c.get_actor(request.name)
+        return rec.to_proto()
+
+    @_unary
+    async def ListActors(self, request, context):
+        recs = [r for n, r in sorted(self.c.actors.items()) if n.startswith(request.prefix)]
+        return pb.ListActorsReply(actors=[r.to_proto() for r in recs])
+
+    @_unary
+    async def ListNodes(self, request, context):
+        now = self.c.clock()
+        return pb.ListNodesReply(nodes=[n.to_proto(now) for _, n in sorted(self.c.nodes.items())])
+
+    @_unary
+    async def GetClusterInfo(self, request, context):
+        return self.c.cluster_info()
+
+    async def WatchEvents(self, request, context):
+        sub = self.c.events.subscribe(request.prefix, request.nodes, request.after_seq or -1)
+        try:
+            while True:
+                event = await sub.queue.get()
+                if event is None:
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        "event watcher fell more than 10000 events behind; watch again with after_seq",
+                    )
+                    return
+                yield event
+        finally:
+            self.c.events.unsubscribe(sub)
+
+
+class CoordinatorServer:
+    """Owns the grpc.aio server, the controller and its tick loop."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        security: Security,
+        host: str = "127.0.0.1",
+        port: int = 6380,
+        tick_interval_s: float = 0.05,
+    ) -> None:
+        self.controller = controller
+        self.security = security
+        self.host = host
+        self.port = port
+        self.tick_interval_s = tick_interval_s
+        self.servicer = CoordinatorServicer(controller)
+        self._server: aio.Server | None = None
+        self._ticker: asyncio.Task | None = None
+
+    async def start(self) -> int:
+        opts = server_options(MAX_CONTROL_MESSAGE)
+        opts = [o for o in opts if o[0] != "grpc.max_send_message_length"]
+        opts.append(("grpc.max_send_message_length", 64 << 20))
+        server = aio.server(options=opts, interceptors=self.security.interceptors())
+        pb_grpc.add_CoordinatorServicer_to_server(self.servicer, server)
+        health_servicer = health.aio.HealthServicer()
+        for service in ("", "ftrl.v1.Coordinator"):
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (pb.DESCRIPTOR.services_by_name["Coordinator"].full_name, reflection.SERVICE_NAME,
+             health.SERVICE_NAME),
+            server,
+        )
+        self.port = bind(server, f"{_bracket(self.host)}:{self.port}", self.security)
+        await server.start()
+        self._server = server
+        self._ticker = asyncio.create_task(self._tick_loop())
+        return self.port
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_interval_s)
+            try:
+                self.controller.tick()
+            except Exception:
+                log.exception("controller tick failed")
+
+    async def stop(self, grace: float = 1.0) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for node_id in list(self.servicer.streams):
+            self.servicer._close_stream(node_id)
+        if self._server is not None:
+            await self._server.stop(grace)
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+

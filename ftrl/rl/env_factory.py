@@ -1,0 +1,72 @@
+"""Create environments from a gymnasium id or an import path "pkg.mod:make_env".
+
+An import path names a callable taken as `make_env(env_config) -> gymnasium.Env`.
+Anything else goes to `gymnasium.make(env, **env_config)` (so gymnasium's own
+"module:EnvId-v0" form still works when the attribute is not a callable).
+Errors become ConfigError with gymnasium's message (which suggests close ids).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from ftrl.wire.errors import ConfigError
+
+
+def resolve_creator(env: str) -> Callable[[dict], gym.Env] | None:
+    """The callable an import path "pkg.mod:fn" names, or None if `env` is not one."""
+    if ":" not in env:
+        return None
+    module_name, _, attr = env.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    if isinstance(target, type) and issubclass(target, gym.Env):
+        return lambda config: target(**config)
+    return target if callable(target) else None
+
+
+def make_env(env: str, env_config: dict | None = None) -> gym.Env:
+    """Build one environment instance. Raises ConfigError for unknown ids or creators
+    that raise while constructing."""
+    env_config = dict(env_config or {})
+    creator = resolve_creator(env)
+    try:
+        if creator is not None:
+            instance = creator(env_config)
+        else:
+            instance = gym.make(env, **env_config)
+    except gym.error.Error as e:
+        raise ConfigError(f"cannot make environment {env!r}: {e}") from e
+    except Exception as e:
+        raise ConfigError(
+            f"environment creator for {env!r} raised {type(e).__name__}: {e}"
+        ) from e
+    if not isinstance(instance, gym.Env):
+        raise ConfigError(
+            f"environment creator for {env!r} returned {type(instance).__name__}, "
+            "not a gymnasium.Env"
+        )
+    return instance
+
+
+def probe_spaces(env: str, env_config: dict | None = None) -> tuple[gym.Space, gym.Space]:
+    """Construct one env to read its observation and action spaces, then close it."""
+    instance = make_env(env, env_config)
+    try:
+        return instance.observation_space, instance.action_space
+    finally:
+        try:
+            instance.close()
+        except Exception:
+            pass

@@ -1,0 +1,545 @@
+"""EnvRunner: E sub-environments stepped as a vector with one batched policy call per step.
+
+Created as an actor (`"ftrl.rl.env_runner:EnvRunner"`) or in-process. Constructor
+kwargs and every method's arguments and results are msgpack + numpy only.
+
+Reset semantics (no gymnasium next-step autoreset): when a sub-env's episode ends at
+step t (terminated or truncated), the runner resets it at once, in the same step, so
+row t+1 holds the first observation of the next episode. The final observation is
+never stored as a row; for a time-limit truncation the runner computes V(final_obs)
+and stores it in `trunc_values[t]` so GAE bootstraps from it. Episodes span fragments:
+a sub-env mid-episode at the end of a fragment just continues in the next one, and
+`last_values` bootstraps the cut.
+
+Sub-env failure (an exception in reset/step, NaN/inf in its observation or reward, or
+its process dying when `remote_worker_envs=True`):
+- with `restart_failed_sub_environments=True` only that sub-env is recreated; its
+  episode is cut (marked truncated, never counted as a finished episode), the step it
+  failed in is marked `valid=False` (the learner drops it), the others go on, and
+  `num_sub_env_restarts` counts it;
+- otherwise the error propagates out of `sample()`; the next call rebuilds the envs
+  that failed and starts fresh episodes everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ftrl.config import AlgorithmConfig, config_class
+from ftrl.rl.filters import make_filter
+from ftrl.rl.models import ActorCritic, env_action
+from ftrl.rl.spaces import ObsEncoder, SpaceSpec
+from ftrl.rl.sub_env import SubEnvError, make_sub_env
+from ftrl.wire.errors import ConfigError
+
+_EPISODE_ID_STRIDE = 1 << 40
+
+
+def config_from_dict(config: dict | AlgorithmConfig) -> AlgorithmConfig:
+    """An AlgorithmConfig from its `to_dict()` form (or itself)."""
+    if isinstance(config, AlgorithmConfig):
+        return config
+    data = dict(config)
+    cls = config_class(str(data.get("algo", "PPO")))
+    return cls.from_dict(data)
+
+
+class EnvRunner:
+    """Samples fixed-length time-major fragments from E sub-envs with the current policy.
+
+    Args:
+        config: `AlgorithmConfig.to_dict()` (or the config itself in-process).
+        worker_index: 0 for the Algorithm's local runner, 1..N for remote ones.
+        evaluation: apply `evaluation_config` overrides (explore, env_config).
+        space_spec: the spaces the driver expects (`SpaceSpec.to_dict()`); checked.
+        set_torch_threads: call torch.set_num_threads(1) (actors: yes).
+    """
+
+    def __init__(
+        self,
+        config: dict | AlgorithmConfig,
+        worker_index: int = 0,
+        evaluation: bool = False,
+        space_spec: dict | None = None,
+        set_torch_threads: bool = True,
+    ):
+        if set_torch_threads:
+            torch.set_num_threads(1)
+        cfg = config_from_dict(config)
+        self.config = cfg
+        self.worker_index = int(worker_index)
+        self.evaluation = evaluation
+        run = cfg.env_runners_cfg
+        ft = cfg.fault_tolerance_cfg
+        self.num_envs = run.num_envs_per_env_runner
+        self.fragment_length = cfg.get_rollout_fragment_length()
+        self.env_id = cfg.environment_cfg.env
+        self.env_config = dict(cfg.environment_cfg.env_config)
+        self.explore = run.explore
+        if evaluation:
+            overrides = cfg.evaluation_cfg.evaluation_config
+            self.explore = bool(overrides.get("explore", False))
+            self.env_config.update(overrides.get("env_config", {}))
+        self.remote_envs = run.remote_worker_envs
+        self.restart_sub_envs = ft.restart_failed_sub_environments
+        self.max_restart_attempts = ft.max_num_sub_env_restart_attempts
+        self.sub_env_timeout_s = max(run.sample_timeout_s, 1.0)
+        seed = cfg.debugging_cfg.seed
+        self._seed = None if seed is None else seed + 10_007 * self.worker_index
+        if self._seed is not None:
+            torch.manual_seed(self._seed)
+        self._lock = threading.RLock()
+
+        self._envs: list[Any] = []
+        self._seeded = [False] * self.num_envs
+        self._restarts_of = [0] * self.num_envs
+        try:
+            for i in range(self.num_envs):
+                self._envs.append(self._create(i))
+        except SubEnvError as e:
+            self._close_envs()
+            raise ConfigError(f"cannot create environment {self.env_id!r}: {e}") from e
+        except BaseException:
+            self._close_envs()
+            raise
+        self.spec: SpaceSpec = self._envs[0].spec
+        for env in self._envs[1:]:
+            if env.spec != self.spec:
+                raise ConfigError(f"sub-envs of {self.env_id!r} have different spaces")
+        if space_spec is not None and SpaceSpec.from_dict(space_spec) != self.spec:
+            self._close_envs()
+            raise ConfigError(
+                f"env runner {worker_index} sees spaces {self.spec} but the driver expects "
+                f"{SpaceSpec.from_dict(space_spec)}"
+            )
+        self.encoder = ObsEncoder(self.spec)
+        self.model = ActorCritic(self.spec, cfg.model_config)
+        self.model.eval()
+        self.weights_version = -1
+        self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
+
+        e, d = self.num_envs, self.spec.obs_dim
+        self._obs = np.zeros((e, d), np.float32)
+        self._next_obs = np.zeros((e, d), np.float32)
+        self._ep_ids = np.zeros(e, np.int64)
+        self._ep_ret = np.zeros(e, np.float64)
+        self._ep_len = np.zeros(e, np.int64)
+        self._next_episode = 0
+        self._done_returns: list[float] = []
+        self._done_lengths: list[int] = []
+        self._needs_reset = True
+        self._broken: set[int] = set()
+        # counters
+        self.num_sub_env_restarts = 0
+        self.env_steps_total = 0
+        self.episodes_total = 0
+        self.num_samples = 0
+
+    # ------------------------------------------------------------------ env lifecycle
+
+    def _env_seed(self, i: int) -> int | None:
+        """Seed for the first reset of sub-env i's current instance (later resets: None,
+        so episodes differ)."""
+        if self._seed is None or self._seeded[i]:
+            return None
+        self._seeded[i] = True
+        return self._seed + i + 1_000 * self._restarts_of[i]
+
+    def _create(self, i: int) -> Any:
+        env = make_sub_env(i, self.env_id, self.env_config, self.remote_envs, self.sub_env_timeout_s)
+        if i < len(self._seeded):
+            self._seeded[i] = False
+        return env
+
+    def _new_episode(self, i: int) -> None:
+        self._ep_ids[i] = self.worker_index * _EPISODE_ID_STRIDE + self._next_episode
+        self._next_episode += 1
+        self._ep_ret[i] = 0.0
+        self._ep_len[i] = 0
+
+    def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
+        self.encoder.write(out, i, obs)
+        if not np.isfinite(out[i]).all():
+            raise SubEnvError(i, "observation contains NaN or inf")
+
+    def _reset_env(self, i: int, out: np.ndarray) -> None:
+        """Reset sub-env i into out[i], recreating it if it fails and restarts are on."""
+        try:
+            self._write_obs(out, i, self._envs[i].reset(seed=self._env_seed(i)))
+        except SubEnvError as e:
+            if not self.restart_sub_envs:
+                self._broken.add(i)
+                raise
+            self._restart_env(i, out, e)
+        self._new_episode(i)
+
+    def _restart_env(self, i: int, out: np.ndarray, cause: SubEnvError) -> None:
+        """Replace sub-env i with a fresh one and reset it into out[i]."""
+        last: BaseException = cause
+        for _ in range(self.max_restart_attempts):
+            self.num_sub_env_restarts += 1
+            self._restarts_of[i] += 1
+            try:
+                self._envs[i].close()
+            except Exception:
+                pass
+            try:
+                self._envs[i] = self._create(i)
+                self._write_obs(out, i, self._envs[i].reset(seed=self._env_seed(i)))
+                return
+            except (SubEnvError, ConfigError) as e:
+                last = e
+        self._broken.add(i)
+        raise SubEnvError(
+            i, f"could not be restarted after {self.max_restart_attempts} attempts: {last}"
+        ) from last
+
+    def _full_reset(self) -> None:
+        """Rebuild broken sub-envs and start fresh episodes in all of them."""
+        for i in sorted(self._broken):
+            try:
+                self._envs[i].close()
+            except Exception:
+                pass
+            self._envs[i] = self._create(i)
+        self._broken.clear()
+        for i in range(self.num_envs):
+            self._reset_env(i, self._obs)
+        self._needs_reset = False
+
+    def _close_envs(self) -> None:
+        for env in self._envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------------ sampling
+
+    def _values(self, fobs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return self.model.value(torch.from_numpy(np.ascontiguousarray(fobs))).numpy()
+
+    def _run(self, steps: int, explore: bool, record: bool, max_episodes: int | None = None) -> dict[str, np.ndarray] | None:
+        """Step all sub-envs `steps` times; fill a time-major fragment if `record`."""
+        if self._needs_reset or self._broken:
+            self._full_reset()
+        e, d = self.num_envs, self.spec.obs_dim
+        t_len = steps
+        if record:
+            b_obs = np.empty((t_len, e, d), np.float32)
+            b_act = np.empty((t_len, e, *(self.spec.act_shape if self.spec.act_kind == "box" else ())), self.spec.action_dtype)
+            b_rew = np.zeros((t_len, e), np.float32)
+            b_term = np.zeros((t_len, e), bool)
+            b_trunc = np.zeros((t_len, e), bool)
+            b_logp = np.empty((t_len, e), np.float32)
+            b_val = np.empty((t_len, e), np.float32)
+            b_tval = np.zeros((t_len, e), np.float32)
+            b_valid = np.ones((t_len, e), bool)
+            b_epid = np.empty((t_len, e), np.int64)
+        envs = self._envs
+        filt = self.filter
+        update_filter = record
+        spec = self.spec
+        discrete = spec.act_kind == "discrete"
+        box_obs = self.encoder.kind != "discrete" and len(spec.obs_shape) == 1
+        write = self.encoder.write
+        remote = self.remote_envs
+        step_fns = [env.step for env in envs]
+        rew_l = [0.0] * e
+        term_l = [False] * e
+        trunc_l = [False] * e
+        act = self.model.act
+        from_numpy = torch.from_numpy
+        ep_ret = self._ep_ret
+        ep_len = self._ep_len
+        t = -1
+        for t in range(t_len):
+            obs = self._obs
+            fobs = filt(obs, update=update_filter)
+            with torch.inference_mode():
+                a_t, lp_t, v_t = act(from_numpy(fobs), explore)
+            actions, logp, values = a_t.numpy(), lp_t.numpy(), v_t.numpy()
+            if record:
+                b_obs[t] = fobs
+                b_act[t] = actions
+                b_logp[t] = logp
+                b_val[t] = values
+                b_epid[t] = self._ep_ids
+            env_actions = actions.tolist() if discrete else env_action(spec, actions)
+            nxt = self._next_obs
+            failed: dict[int, SubEnvError] = {}
+            if remote:
+                self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed)
+            else:
+                for i in range(e):
+                    try:
+                        o, r, te, tr = step_fns[i](env_actions[i])
+                    except SubEnvError as err:
+                        failed[i] = err
+                        rew_l[i] = 0.0
+                        term_l[i] = trunc_l[i] = False
+                        continue
+                    if box_obs:
+                        nxt[i] = o
+                    else:
+                        write(nxt, i, o)
+                    rew_l[i] = r
+                    term_l[i] = te
+                    trunc_l[i] = tr
+            if not (math.isfinite(sum(rew_l)) and np.isfinite(nxt).all()):
+                self._find_nan(nxt, rew_l, failed)
+            if failed:
+                self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
+                step_fns = [env.step for env in envs]
+                if record:
+                    for i in failed:
+                        b_valid[t, i] = False
+            ep_ret += rew_l
+            ep_len += 1
+            if record:
+                b_rew[t] = rew_l
+                b_term[t] = term_l
+                b_trunc[t] = trunc_l
+            if True in term_l or True in trunc_l:
+                idx = [i for i in range(e) if term_l[i] or trunc_l[i]]
+                self._end_episodes(idx, failed, nxt, term_l, trunc_l, b_tval[t] if record else None)
+                step_fns = [env.step for env in envs]
+            self._obs, self._next_obs = nxt, obs
+            if max_episodes is not None and len(self._done_returns) >= max_episodes:
+                break
+        steps_done = t + 1
+        self.env_steps_total += steps_done * e
+        if not record:
+            return None
+        return {
+            "obs": b_obs,
+            "actions": b_act,
+            "rewards": b_rew,
+            "terminateds": b_term,
+            "truncateds": b_trunc,
+            "logp": b_logp,
+            "values": b_val,
+            "trunc_values": b_tval,
+            "valid": b_valid,
+            "episode_ids": b_epid,
+            "last_values": self._values(filt(self._obs, update=False)).astype(np.float32),
+        }
+
+    def _step_remote(
+        self,
+        env_actions: list,
+        nxt: np.ndarray,
+        rew_l: list,
+        term_l: list,
+        trunc_l: list,
+        failed: dict[int, SubEnvError],
+    ) -> None:
+        """Start every child's step, then collect them (children step in parallel)."""
+        envs = self._envs
+        for i, env in enumerate(envs):
+            try:
+                env.step_start(env_actions[i])
+            except SubEnvError as err:
+                failed[i] = err
+        for i, env in enumerate(envs):
+            rew_l[i] = 0.0
+            term_l[i] = trunc_l[i] = False
+            if i in failed:
+                continue
+            try:
+                o, r, te, tr = env.step_finish()
+            except SubEnvError as err:
+                failed[i] = err
+                continue
+            self.encoder.write(nxt, i, o)
+            rew_l[i] = r
+            term_l[i] = te
+            trunc_l[i] = tr
+
+    def _find_nan(self, nxt: np.ndarray, rew: list, failed: dict[int, SubEnvError]) -> None:
+        for i in range(self.num_envs):
+            if i in failed:
+                continue
+            if not math.isfinite(rew[i]):
+                failed[i] = SubEnvError(i, "returned NaN or inf as its reward")
+            elif not np.isfinite(nxt[i]).all():
+                failed[i] = SubEnvError(i, "returned NaN or inf in its observation")
+
+    def _handle_failures(
+        self,
+        failed: dict[int, SubEnvError],
+        nxt: np.ndarray,
+        rew: list,
+        term: list,
+        trunc: list,
+    ) -> None:
+        if not self.restart_sub_envs:
+            self._broken.update(failed)
+            self._needs_reset = True
+            raise next(iter(failed.values()))
+        for i, err in failed.items():
+            rew[i] = 0.0
+            term[i] = False
+            trunc[i] = True
+            self._ep_ret[i] = math.nan  # marks the episode as cut: never reported
+            self._restart_env(i, nxt, err)
+
+    def _end_episodes(
+        self,
+        idx: list[int],
+        failed: dict[int, SubEnvError],
+        nxt: np.ndarray,
+        term: list,
+        trunc: list,
+        tval_row: np.ndarray | None,
+    ) -> None:
+        boot = [i for i in idx if trunc[i] and not term[i] and i not in failed]
+        if boot and tval_row is not None:
+            finals = self.filter(nxt[boot], update=False)
+            tval_row[boot] = self._values(finals)
+        for i in idx:
+            if i not in failed:
+                self._done_returns.append(float(self._ep_ret[i]))
+                self._done_lengths.append(int(self._ep_len[i]))
+                self.episodes_total += 1
+                self._reset_env(i, nxt)
+            else:
+                self._new_episode(i)
+
+    def _take_episodes(self) -> dict[str, np.ndarray]:
+        out = {
+            "returns": np.asarray(self._done_returns, np.float64),
+            "lengths": np.asarray(self._done_lengths, np.int64),
+        }
+        self._done_returns = []
+        self._done_lengths = []
+        return out
+
+    # ------------------------------------------------------------------ public API
+
+    def sample(self, explore: bool | None = None) -> dict[str, Any]:
+        """Step every sub-env `rollout_fragment_length` times.
+
+        Returns {"batch": fragment (see ftrl.rl.sample_batch), "episodes": {"returns",
+        "lengths"} of episodes finished during this call, "env_steps": T*E,
+        "weights_version", "filter_delta", "num_sub_env_restarts" (cumulative),
+        "worker_index"}.
+        """
+        with self._lock:
+            restarts_before = self.num_sub_env_restarts
+            try:
+                batch = self._run(self.fragment_length, self.explore if explore is None else explore, record=True)
+            except SubEnvError:
+                self._take_episodes()
+                raise
+            self.num_samples += 1
+            assert batch is not None
+            return {
+                "batch": batch,
+                "episodes": self._take_episodes(),
+                "env_steps": self.fragment_length * self.num_envs,
+                "weights_version": self.weights_version,
+                "filter_delta": self.filter.get_delta(flush=True),
+                "num_sub_env_restarts": self.num_sub_env_restarts,
+                "sub_env_restarts": self.num_sub_env_restarts - restarts_before,
+                "worker_index": self.worker_index,
+            }
+
+    def evaluate(self, num_episodes: int | None = None, num_timesteps: int | None = None, explore: bool | None = None) -> dict[str, Any]:
+        """Run fresh episodes (all sub-envs reset first) without learning or filter updates.
+
+        Stops after `num_episodes` finished episodes or `num_timesteps` env steps
+        (rounded up to whole vector steps). Returns {"returns", "lengths", "env_steps"}.
+        """
+        if (num_episodes is None) == (num_timesteps is None):
+            raise ValueError("evaluate() needs exactly one of num_episodes or num_timesteps")
+        with self._lock:
+            self._take_episodes()
+            self._needs_reset = True
+            explore = self.explore if explore is None else explore
+            steps_before = self.env_steps_total
+            if num_timesteps is not None:
+                self._run(max(1, math.ceil(num_timesteps / self.num_envs)), explore, record=False)
+            else:
+                while len(self._done_returns) < num_episodes:
+                    self._run(1000, explore, record=False, max_episodes=num_episodes)
+            episodes = self._take_episodes()
+            if num_episodes is not None:
+                episodes = {k: v[:num_episodes] for k, v in episodes.items()}
+            self._needs_reset = True
+            return {**episodes, "env_steps": self.env_steps_total - steps_before}
+
+    def set_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> dict[str, Any]:
+        """Load policy weights (flat float32) tagged `version`, and optionally filter state."""
+        with self._lock:
+            self.model.set_flat(weights)
+            self.weights_version = int(version)
+            if filter_state is not None:
+                self.filter.set_state(filter_state)
+            return {"weights_version": self.weights_version}
+
+    def get_weights(self) -> tuple[int, np.ndarray]:
+        with self._lock:
+            return self.weights_version, self.model.get_flat()
+
+    def get_filter_state(self) -> dict[str, Any]:
+        with self._lock:
+            return self.filter.get_state()
+
+    def set_filter_state(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            self.filter.set_state(state)
+
+    def get_spec(self) -> dict[str, Any]:
+        """The spaces this runner's envs have (SpaceSpec.to_dict())."""
+        return self.spec.to_dict()
+
+    def reset_envs(self) -> dict[str, Any]:
+        """Recreate every sub-env and start fresh episodes (a soft restart of the runner)."""
+        with self._lock:
+            self._close_envs()
+            self._envs = [self._create(i) for i in range(self.num_envs)]
+            self._broken.clear()
+            self._take_episodes()
+            self._needs_reset = True
+            return self.ping()
+
+    def ping(self) -> dict[str, Any]:
+        """Health probe: cheap, takes no lock. Reports dead sub-env processes."""
+        dead = 0
+        for env in list(self._envs):
+            proc = getattr(env, "_proc", None)
+            if proc is not None and proc.poll() is not None:
+                dead += 1
+        return {
+            "ok": True,
+            "worker_index": self.worker_index,
+            "pid": os.getpid(),
+            "weights_version": self.weights_version,
+            "num_dead_sub_envs": dead,
+            "time": time.time(),
+        }
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Cumulative counters of this runner."""
+        return {
+            "worker_index": self.worker_index,
+            "num_sub_env_restarts": self.num_sub_env_restarts,
+            "env_steps_total": self.env_steps_total,
+            "episodes_total": self.episodes_total,
+            "num_samples": self.num_samples,
+            "weights_version": self.weights_version,
+        }
+
+    def stop(self) -> None:
+        """Close every sub-env (and its process)."""
+        with self._lock:
+            self._close_envs()

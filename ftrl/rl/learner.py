@@ -1,0 +1,285 @@
+"""PPO learner: GAE, clipped surrogate, (optionally clipped) value loss, entropy bonus,
+minibatch epochs, gradient clipping. Torch on CPU.
+
+Usable in-process (the Algorithm's own learner) or as an actor
+("ftrl.rl.learner:PPOLearner", kwargs {"config": config.to_dict(), "space_spec": ...}):
+every argument and result is msgpack + numpy. Weights travel as a versioned flat
+float32 vector: `get_weights() -> (version, flat)`; the version goes up by one per
+`update()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ftrl.config import AlgorithmConfig
+from ftrl.rl.models import ActorCritic
+from ftrl.rl.sample_batch import check_fragment
+from ftrl.rl.spaces import SpaceSpec
+
+
+def scheduled(value: float, schedule: list | None, env_steps: int) -> float:
+    """Piecewise-linear schedule [[env_step, value], ...]; `value` when there is none.
+    Before the first point its value holds; after the last point its value holds."""
+    if not schedule:
+        return float(value)
+    points = [(float(s), float(v)) for s, v in schedule]
+    if env_steps <= points[0][0]:
+        return points[0][1]
+    for (s0, v0), (s1, v1) in itertools.pairwise(points):
+        if env_steps <= s1:
+            if s1 == s0:
+                return v1
+            return v0 + (v1 - v0) * (env_steps - s0) / (s1 - s0)
+    return points[-1][1]
+
+
+def compute_gae(fragment: dict[str, np.ndarray], gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Advantages and value targets [T, E] for one time-major fragment.
+
+    At step t the next state's value is 0 if terminated, V(final obs) (`trunc_values`)
+    if truncated, else values[t+1] (or `last_values` after the last row). Advantages do
+    not flow across an episode boundary.
+    """
+    rewards = fragment["rewards"].astype(np.float32)
+    values = fragment["values"].astype(np.float32)
+    term = fragment["terminateds"]
+    trunc = fragment["truncateds"]
+    tvals = fragment["trunc_values"].astype(np.float32)
+    t_len = rewards.shape[0]
+    next_values = np.empty_like(values)
+    next_values[:-1] = values[1:]
+    next_values[-1] = fragment["last_values"]
+    next_values = np.where(term, 0.0, np.where(trunc, tvals, next_values)).astype(np.float32)
+    deltas = rewards + gamma * next_values - values
+    carry = (gamma * lam) * (~(term | trunc)).astype(np.float32)
+    adv = np.empty_like(values)
+    last = np.zeros(values.shape[1], np.float32)
+    for t in range(t_len - 1, -1, -1):
+        last = deltas[t] + carry[t] * last
+        adv[t] = last
+    return adv, adv + values
+
+
+class PPOLearner:
+    """Owns the model and optimizer; turns sample fragments into gradient steps."""
+
+    def __init__(self, config: dict | AlgorithmConfig, space_spec: dict | SpaceSpec, seed: int | None = None, set_torch_threads: bool = False):
+        from ftrl.rl.env_runner import config_from_dict
+
+        if set_torch_threads:
+            torch.set_num_threads(1)
+        self.config = config_from_dict(config)
+        self.hp = self.config.training_cfg
+        self.spec = space_spec if isinstance(space_spec, SpaceSpec) else SpaceSpec.from_dict(space_spec)
+        seed = self.config.debugging_cfg.seed if seed is None else seed
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        self.model = ActorCritic(self.spec, self.config.model_config)
+        self.optimizer = _adam(self.model.parameters(), lr=self.hp.lr, eps=self.hp.adam_epsilon)
+        self.version = 0
+        self.num_updates = 0
+
+    # ------------------------------------------------------------------ learning
+
+    def _train_batch(self, fragments: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        gamma = self.hp.gamma
+        lam = self.hp.lambda_ if self.hp.use_gae else 1.0
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "logp", "values", "adv", "returns")}
+        for frag in fragments:
+            check_fragment(frag)
+            adv, ret = compute_gae(frag, gamma, lam)
+            valid = frag["valid"].reshape(-1)
+            t, e = frag["rewards"].shape
+            parts["obs"].append(frag["obs"].reshape(t * e, -1)[valid])
+            parts["actions"].append(frag["actions"].reshape((t * e, *frag["actions"].shape[2:]))[valid])
+            parts["logp"].append(frag["logp"].reshape(-1)[valid])
+            parts["values"].append(frag["values"].reshape(-1)[valid])
+            parts["adv"].append(adv.reshape(-1)[valid])
+            parts["returns"].append(ret.reshape(-1)[valid])
+        out = {}
+        for key, arrays in parts.items():
+            arr = np.concatenate(arrays, axis=0)
+            out[key] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.int64 if key == "actions" and self.spec.act_kind == "discrete" else np.float32))
+        return out
+
+    def update(self, fragments: Sequence[dict[str, Any]], env_steps_sampled: int = 0) -> dict[str, Any]:
+        """Run `num_epochs` of minibatch SGD on the fragments; return learner metrics.
+
+        `env_steps_sampled` (total so far) drives the lr / clip schedules.
+        """
+        start = time.perf_counter()
+        hp = self.hp
+        batch = self._train_batch(fragments)
+        n = int(batch["obs"].shape[0])
+        if n == 0:
+            return {"num_samples": 0, "weights_version": self.version}
+        lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
+        clip = scheduled(hp.clip_param, hp.clip_param_schedule, env_steps_sampled)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        mb = min(hp.minibatch_size, n)
+        stats = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        steps = 0
+        self.model.train()
+        for _ in range(hp.num_epochs):
+            perm = torch.from_numpy(self.rng.permutation(n))
+            for lo in range(0, n, mb):
+                idx = perm[lo : lo + mb]
+                if len(idx) < max(2, mb // 2) and lo > 0:
+                    continue  # a tiny remainder would give a noisy step
+                step_stats = self._sgd_step({k: v[idx] for k, v in batch.items()}, clip)
+                for k, v in step_stats.items():
+                    stats[k] += v
+                steps += 1
+        self.model.eval()
+        self.version += 1
+        self.num_updates += 1
+        out: dict[str, Any] = {k: v / max(1, steps) for k, v in stats.items()}
+        with torch.no_grad():
+            var = float(batch["returns"].var()) if n > 1 else 0.0
+            resid = float((batch["returns"] - batch["values"]).var()) if n > 1 else 0.0
+        out.update(
+            {
+                "lr": lr,
+                "clip_param": clip,
+                "num_samples": n,
+                "num_sgd_steps": steps,
+                "vf_explained_var": 1.0 - resid / var if var > 0 else math.nan,
+                "weights_version": self.version,
+                "learn_time_s": time.perf_counter() - start,
+            }
+        )
+        return out
+
+    def _sgd_step(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, float]:
+        hp = self.hp
+        logp, entropy, values = self.model.evaluate(mb["obs"], mb["actions"])
+        adv = mb["adv"]
+        if hp.normalize_advantages and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        log_ratio = logp - mb["logp"]
+        ratio = log_ratio.exp()
+        surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
+        policy_loss = -surrogate.mean()
+        vf_loss = (values - mb["returns"]) ** 2
+        if hp.vf_clip_param is not None:
+            vf_loss = vf_loss.clamp(max=hp.vf_clip_param)
+        vf_loss = vf_loss.mean()
+        ent = entropy.mean()
+        loss = policy_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if hp.grad_clip is not None:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), hp.grad_clip))
+        else:
+            grad_norm = math.nan
+        self.optimizer.step()
+        with torch.no_grad():
+            kl = float(((ratio - 1.0) - log_ratio).mean())
+            clip_frac = float(((ratio - 1.0).abs() > clip).float().mean())
+        return {
+            "policy_loss": float(policy_loss.detach()),
+            "vf_loss": float(vf_loss.detach()),
+            "entropy": float(ent.detach()),
+            "kl": kl,
+            "clip_frac": clip_frac,
+            "grad_norm": grad_norm,
+        }
+
+    # ------------------------------------------------------------------ weights and state
+
+    def get_weights(self) -> tuple[int, np.ndarray]:
+        """(version, flat float32 parameters)."""
+        return self.version, self.model.get_flat()
+
+    def set_weights(self, version: int, weights: np.ndarray) -> None:
+        self.model.set_flat(weights)
+        self.version = int(version)
+
+    def get_state(self) -> dict[str, Any]:
+        """Model, optimizer, version and RNG states as msgpack + numpy (for checkpoints)."""
+        return {
+            "model": {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()},
+            "optimizer": _to_numpy(self.optimizer.state_dict()),
+            "version": self.version,
+            "num_updates": self.num_updates,
+            "torch_rng": torch.get_rng_state().numpy().copy(),
+            "np_rng": _bitgen_state_to_wire(self.rng.bit_generator.state),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what `get_state` returned (raises ValueError on a shape mismatch)."""
+        own = self.model.state_dict()
+        model_state = state["model"]
+        if set(model_state) != set(own):
+            raise ValueError(f"model parameters differ: {sorted(model_state)} vs {sorted(own)}")
+        for key, value in model_state.items():
+            if tuple(np.shape(value)) != tuple(own[key].shape):
+                raise ValueError(f"model parameter {key} has shape {np.shape(value)}, expected {tuple(own[key].shape)}")
+        self.model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in model_state.items()})
+        self.optimizer.load_state_dict(_to_torch(state["optimizer"]))
+        self.version = int(state["version"])
+        self.num_updates = int(state.get("num_updates", 0))
+        if "torch_rng" in state:
+            torch.set_rng_state(torch.from_numpy(np.array(state["torch_rng"], dtype=np.uint8)))
+        if "np_rng" in state:
+            self.rng.bit_generator.state = _bitgen_state_from_wire(state["np_rng"])
+
+    def ping(self) -> dict[str, Any]:
+        return {"ok": True, "weights_version": self.version}
+
+
+def _adam(params: Any, lr: float, eps: float) -> torch.optim.Adam:
+    """Adam with the fastest CPU implementation available (fused, else foreach)."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+
+
+def _to_numpy(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().numpy().copy()
+    if isinstance(obj, dict):
+        return {k: _to_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_numpy(v) for v in obj]
+    return obj
+
+
+def _to_torch(obj: Any, key: Any = None) -> Any:
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.array(obj, copy=True))
+    if isinstance(obj, dict):
+        return {k: _to_torch(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        items = [_to_torch(v) for v in obj]
+        return tuple(items) if key == "betas" else items
+    return obj
+
+
+def _bitgen_state_to_wire(state: Any) -> Any:
+    """numpy bit generator state with its >64-bit ints as strings (msgpack-able)."""
+    if isinstance(state, dict):
+        return {k: _bitgen_state_to_wire(v) for k, v in state.items()}
+    if isinstance(state, int) and not isinstance(state, bool) and not -(2**63) <= state < 2**64:
+        return {"__bigint__": str(state)}
+    return state
+
+
+def _bitgen_state_from_wire(state: Any) -> Any:
+    if isinstance(state, dict):
+        if set(state) == {"__bigint__"}:
+            return int(state["__bigint__"])
+        return {k: _bitgen_state_from_wire(v) for k, v in state.items()}
+    return state

@@ -1,0 +1,94 @@
+"""Sample batches: plain dicts of numpy arrays.
+
+A *fragment* is what one EnvRunner.sample() returns: time-major arrays of shape
+[T, E, ...] (T = rollout_fragment_length steps, E = sub-envs) under these keys:
+
+    obs           [T, E, *obs_shape] float32   observation the action was chosen on
+    actions       [T, E, *act_shape]           int64 (Discrete) or float32 (Box, unclipped)
+    rewards       [T, E] float32
+    terminateds   [T, E] bool                  episode ended in a terminal state
+    truncateds    [T, E] bool                  episode cut (time limit or sub-env failure)
+    logp          [T, E] float32               log-prob of the action under the behaviour policy
+    values        [T, E] float32               V(obs)
+    trunc_values  [T, E] float32               V(final obs) where truncated by a time limit, else 0
+    valid         [T, E] bool                  False for the step a failed sub-env never finished
+    episode_ids   [T, E] int64
+    last_values   [E] float32                  V(obs after the fragment), to bootstrap
+
+A *train batch* is flat: every array is [N, ...] after `flatten_fragment`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+SampleBatch = dict[str, np.ndarray]
+
+TIME_MAJOR_KEYS = (
+    "obs",
+    "actions",
+    "rewards",
+    "terminateds",
+    "truncateds",
+    "logp",
+    "values",
+    "trunc_values",
+    "valid",
+    "episode_ids",
+)
+
+
+def env_steps(fragment: Mapping[str, np.ndarray]) -> int:
+    """Number of env steps in a time-major fragment (T * E)."""
+    rewards = fragment["rewards"]
+    return int(rewards.shape[0] * rewards.shape[1])
+
+
+def concat(batches: Iterable[Mapping[str, np.ndarray]]) -> SampleBatch:
+    """Concatenate flat batches along axis 0 (keys must match)."""
+    batches = [b for b in batches if b]
+    if not batches:
+        return {}
+    keys = set(batches[0])
+    for b in batches[1:]:
+        if set(b) != keys:
+            raise ValueError(f"cannot concat batches with different keys: {sorted(keys)} vs {sorted(b)}")
+    return {k: np.concatenate([b[k] for b in batches], axis=0) for k in batches[0]}
+
+
+def flatten_fragment(fragment: Mapping[str, np.ndarray], extra: Mapping[str, np.ndarray] | None = None) -> SampleBatch:
+    """[T, E, ...] arrays (plus `extra` of the same layout) to flat [T*E, ...] arrays."""
+    out: SampleBatch = {}
+    items = dict(fragment)
+    if extra:
+        items.update(extra)
+    t, e = fragment["rewards"].shape[:2]
+    for key, arr in items.items():
+        if key == "last_values":
+            continue
+        if arr.shape[:2] != (t, e):
+            raise ValueError(f"{key} has shape {arr.shape}, expected [{t}, {e}, ...]")
+        out[key] = arr.reshape((t * e, *arr.shape[2:]))
+    return out
+
+
+def select(batch: Mapping[str, np.ndarray], index: np.ndarray) -> SampleBatch:
+    """Rows `index` (bool mask or int indices) of a flat batch."""
+    return {k: v[index] for k, v in batch.items()}
+
+
+def check_fragment(fragment: Mapping[str, np.ndarray]) -> None:
+    """Raise ValueError if a fragment received from a runner is malformed."""
+    missing = [k for k in (*TIME_MAJOR_KEYS, "last_values") if k not in fragment]
+    if missing:
+        raise ValueError(f"sample fragment is missing keys {missing}")
+    t, e = fragment["rewards"].shape[:2] if fragment["rewards"].ndim == 2 else (None, None)
+    if t is None:
+        raise ValueError("rewards must be [T, E]")
+    for key in TIME_MAJOR_KEYS:
+        if tuple(fragment[key].shape[:2]) != (t, e):
+            raise ValueError(f"{key} has shape {fragment[key].shape}, expected [{t}, {e}, ...]")
+    if tuple(fragment["last_values"].shape) != (e,):
+        raise ValueError(f"last_values has shape {fragment['last_values'].shape}, expected [{e}]")

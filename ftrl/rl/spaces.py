@@ -1,0 +1,109 @@
+"""Which spaces the MLP model handles, and how observations become flat vectors.
+
+Observations are encoded to flat float32 vectors: Box (any shape) is flattened,
+Discrete becomes one-hot, MultiBinary becomes 0/1 floats. Actions may be Discrete or
+Box. Any other space (Dict, Tuple, Text, Graph, MultiDiscrete...) is a ConfigError.
+This module imports no torch, so sub-env child processes can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ftrl.wire.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    """What the model needs to know about an env's spaces (msgpack-able via to_dict)."""
+
+    obs_kind: str  # "box" | "discrete" | "multibinary"
+    obs_shape: tuple[int, ...]
+    obs_dim: int
+    act_kind: str  # "discrete" | "box"
+    act_shape: tuple[int, ...]
+    act_dim: int  # number of actions (discrete) or flat action size (box)
+    act_low: tuple[float, ...] = ()
+    act_high: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpaceSpec:
+        return cls(
+            obs_kind=str(d["obs_kind"]),
+            obs_shape=tuple(int(x) for x in d["obs_shape"]),
+            obs_dim=int(d["obs_dim"]),
+            act_kind=str(d["act_kind"]),
+            act_shape=tuple(int(x) for x in d["act_shape"]),
+            act_dim=int(d["act_dim"]),
+            act_low=tuple(float(x) for x in d.get("act_low", ())),
+            act_high=tuple(float(x) for x in d.get("act_high", ())),
+        )
+
+    @property
+    def action_dtype(self) -> np.dtype:
+        return np.dtype(np.int64) if self.act_kind == "discrete" else np.dtype(np.float32)
+
+
+def space_spec(observation_space: gym.Space, action_space: gym.Space) -> SpaceSpec:
+    """Describe the spaces, or raise ConfigError for one the model cannot handle."""
+    if isinstance(observation_space, gym.spaces.Box):
+        obs_kind, obs_shape = "box", tuple(observation_space.shape)
+        obs_dim = int(np.prod(obs_shape)) if obs_shape else 1
+    elif isinstance(observation_space, gym.spaces.Discrete):
+        obs_kind, obs_shape, obs_dim = "discrete", (), int(observation_space.n)
+    elif isinstance(observation_space, gym.spaces.MultiBinary):
+        obs_kind, obs_shape = "multibinary", tuple(np.atleast_1d(observation_space.n))
+        obs_dim = int(np.prod(obs_shape))
+    else:
+        raise ConfigError(
+            f"observation space {observation_space} is not supported by the MLP model: use "
+            "Box, Discrete or MultiBinary (flatten Dict/Tuple spaces with "
+            "gymnasium.wrappers.FlattenObservation)"
+        )
+    if obs_dim <= 0:
+        raise ConfigError(f"observation space {observation_space} has no dimensions")
+    if isinstance(action_space, gym.spaces.Discrete):
+        if action_space.start != 0:
+            raise ConfigError(f"Discrete action space must start at 0, got {action_space}")
+        return SpaceSpec(obs_kind, obs_shape, obs_dim, "discrete", (), int(action_space.n))
+    if isinstance(action_space, gym.spaces.Box):
+        if not np.issubdtype(action_space.dtype, np.floating):
+            raise ConfigError(f"Box action space must have a float dtype, got {action_space.dtype}")
+        shape = tuple(action_space.shape)
+        dim = int(np.prod(shape)) if shape else 1
+        low = tuple(float(x) for x in np.broadcast_to(action_space.low, shape).reshape(-1))
+        high = tuple(float(x) for x in np.broadcast_to(action_space.high, shape).reshape(-1))
+        return SpaceSpec(obs_kind, obs_shape, obs_dim, "box", shape, dim, low, high)
+    raise ConfigError(
+        f"action space {action_space} is not supported: use Discrete (Categorical policy) "
+        "or Box (diagonal Gaussian policy)"
+    )
+
+
+class ObsEncoder:
+    """Writes raw observations into rows of a flat float32 array."""
+
+    def __init__(self, spec: SpaceSpec):
+        self.spec = spec
+        self.kind = spec.obs_kind
+        self.dim = spec.obs_dim
+
+    def write(self, out: np.ndarray, row: int, obs: Any) -> None:
+        if self.kind == "discrete":
+            out[row] = 0.0
+            out[row, int(obs)] = 1.0
+        else:
+            out[row] = np.asarray(obs, dtype=np.float32).reshape(self.dim)
+
+    def encode(self, obs: Any) -> np.ndarray:
+        out = np.zeros((1, self.dim), np.float32)
+        self.write(out, 0, obs)
+        return out[0]

@@ -1,0 +1,285 @@
+"""One sub-environment of an EnvRunner, in this process or in a child process.
+
+Both kinds have the same interface: `reset(seed) -> obs`, `step(action) -> (obs,
+reward, terminated, truncated)` or the same split as `step_start(action)` then
+`step_finish()`, and `close()`. Splitting step in
+two lets the runner start every remote sub-env before waiting on any, so child
+processes step in parallel; for in-process sub-envs `step_start` only stores the action.
+
+Any failure of the environment (an exception in reset/step, a dead or hung child
+process) raises `SubEnvError`, so the runner can tell it apart from its own bugs.
+Construction errors (unknown id, a creator that raises, an unsupported space) raise
+ConfigError in-process and SubEnvError from a child. Each sub-env has `.spec`.
+
+A remote sub-env is `python -m ftrl.rl.sub_env FD` started with `subprocess` and
+connected by a socketpair. Messages are length-prefixed (u32) `ftrl.wire.codec`
+msgpack: nothing is pickled either way, and the child's stdout stays free for the
+environment's own prints.
+    parent -> child: ["init", env, env_config, seed] | ["reset", seed] | ["step", action] | ["close"]
+    child -> parent: ["ok", payload] | ["err", type, message, traceback]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import traceback
+from typing import Any
+
+from ftrl.rl.spaces import SpaceSpec, space_spec
+from ftrl.wire import codec
+
+_HEADER = struct.Struct("<I")
+_MAX_FRAME = 1 << 30
+
+
+class SubEnvError(RuntimeError):
+    """A sub-environment failed: it raised, or its process died or hung."""
+
+    def __init__(self, index: int, message: str, remote_traceback: str = ""):
+        super().__init__(f"sub-environment {index}: {message}")
+        self.index = index
+        self.remote_traceback = remote_traceback
+
+
+class LocalSubEnv:
+    """A sub-env living in the runner's own process."""
+
+    def __init__(self, index: int, env: str, env_config: dict):
+        from ftrl.rl.env_factory import make_env
+
+        self.index = index
+        self.env = make_env(env, env_config)
+        self._action: Any = None
+        try:
+            self.spec = space_spec(self.env.observation_space, self.env.action_space)
+        except Exception:
+            self.close()
+            raise
+
+    def reset(self, seed: int | None = None) -> Any:
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except Exception as e:
+            raise SubEnvError(self.index, f"reset raised {type(e).__name__}: {e}") from e
+        return obs
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool]:
+        try:
+            obs, reward, terminated, truncated, _ = self.env.step(action)
+        except Exception as e:
+            raise SubEnvError(self.index, f"step raised {type(e).__name__}: {e}") from e
+        return obs, reward, terminated, truncated
+
+    def step_start(self, action: Any) -> None:
+        self._action = action
+
+    def step_finish(self) -> tuple[Any, float, bool, bool]:
+        return self.step(self._action)
+
+    def close(self) -> None:
+        try:
+            self.env.close()
+        except Exception:
+            pass
+
+
+class RemoteSubEnv:
+    """A sub-env in its own child process, so a crashing simulator kills only itself."""
+
+    def __init__(self, index: int, env: str, env_config: dict, timeout_s: float = 60.0):
+        self.index = index
+        self.timeout_s = timeout_s
+        parent, child = socket.socketpair()
+        self._sock = parent
+        self._proc: subprocess.Popen | None = None
+        try:
+            env_vars = dict(os.environ)
+            env_vars["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "ftrl.rl.sub_env", str(child.fileno())],
+                pass_fds=(child.fileno(),),
+                env=env_vars,
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        finally:
+            child.close()
+        parent.settimeout(timeout_s)
+        try:
+            self.spec = SpaceSpec.from_dict(self._request(["init", env, dict(env_config)], what="init"))
+        except SubEnvError:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def _send(self, msg: list) -> None:
+        data = codec.encode(msg)
+        try:
+            self._sock.sendall(_HEADER.pack(len(data)) + data)
+        except OSError as e:
+            raise SubEnvError(self.index, f"process is gone ({self._exit_text()}): {e}") from e
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self._sock.recv(n - len(buf))
+            except TimeoutError as e:
+                raise SubEnvError(self.index, f"no reply within {self.timeout_s}s (hung)") from e
+            except OSError as e:
+                raise SubEnvError(self.index, f"process is gone ({self._exit_text()}): {e}") from e
+            if not chunk:
+                raise SubEnvError(self.index, f"process died ({self._exit_text()})")
+            buf += chunk
+        return bytes(buf)
+
+    def _recv(self, what: str) -> Any:
+        (size,) = _HEADER.unpack(self._recv_exact(_HEADER.size))
+        if size > _MAX_FRAME:
+            raise SubEnvError(self.index, f"reply to {what} is {size} bytes; too large")
+        reply = codec.decode(self._recv_exact(size))
+        if not isinstance(reply, list) or not reply:
+            raise SubEnvError(self.index, f"malformed reply to {what}")
+        if reply[0] == "ok":
+            return reply[1] if len(reply) > 1 else None
+        if reply[0] == "err" and len(reply) == 4:
+            raise SubEnvError(self.index, f"{what} raised {reply[1]}: {reply[2]}", str(reply[3]))
+        raise SubEnvError(self.index, f"malformed reply to {what}")
+
+    def _request(self, msg: list, what: str) -> Any:
+        self._send(msg)
+        return self._recv(what)
+
+    def _exit_text(self) -> str:
+        if self._proc is None:
+            return "not started"
+        try:
+            code = self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+    def reset(self, seed: int | None = None) -> Any:
+        return self._request(["reset", seed], what="reset")
+
+    def step_start(self, action: Any) -> None:
+        self._send(["step", action])
+
+    def step_finish(self) -> tuple[Any, float, bool, bool]:
+        obs, reward, terminated, truncated = self._recv("step")
+        return obs, reward, terminated, truncated
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool]:
+        self.step_start(action)
+        return self.step_finish()
+
+    def close(self) -> None:
+        try:
+            self._sock.settimeout(1.0)
+            self._send(["close"])
+        except (SubEnvError, OSError):
+            pass
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def make_sub_env(
+    index: int, env: str, env_config: dict, remote: bool, timeout_s: float = 60.0
+) -> LocalSubEnv | RemoteSubEnv:
+    """Create sub-env `index` in this process or in a child process."""
+    if remote:
+        return RemoteSubEnv(index, env, env_config, timeout_s=timeout_s)
+    return LocalSubEnv(index, env, env_config)
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def _child_send(sock: socket.socket, msg: list) -> None:
+    data = codec.encode(msg)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _child_recv(sock: socket.socket) -> Any:
+    header = _child_recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    body = _child_recv_exact(sock, size)
+    return None if body is None else codec.decode(body)
+
+
+def _child_recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _child_main(fd: int) -> None:
+    """Serve one environment over the socket until "close" or EOF."""
+    from ftrl.rl.env_factory import make_env
+
+    sock = socket.socket(fileno=fd)
+    env = None
+    while True:
+        msg = _child_recv(sock)
+        if msg is None:
+            break
+        cmd = msg[0]
+        try:
+            if cmd == "init":
+                env = make_env(msg[1], msg[2])
+                reply: list = ["ok", space_spec(env.observation_space, env.action_space).to_dict()]
+            elif cmd == "reset":
+                obs, _ = env.reset(seed=msg[1])
+                reply = ["ok", obs]
+            elif cmd == "step":
+                obs, reward, terminated, truncated, _ = env.step(msg[1])
+                reply = ["ok", [obs, float(reward), bool(terminated), bool(truncated)]]
+            elif cmd == "close":
+                break
+            else:
+                reply = ["err", "ValueError", f"unknown command {cmd!r}", ""]
+        except Exception as e:
+            reply = ["err", type(e).__name__, str(e), traceback.format_exc()]
+        try:
+            _child_send(sock, reply)
+        except codec.InvalidArgumentError as e:
+            _child_send(sock, ["err", "InvalidArgumentError", f"cannot send the env's output: {e}", ""])
+        except OSError:
+            break
+    if env is not None:
+        try:
+            env.close()
+        except Exception:
+            pass
+    sock.close()
+
+
+if __name__ == "__main__":
+    _child_main(int(sys.argv[1]))

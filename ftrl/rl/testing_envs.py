@@ -1,0 +1,132 @@
+"""Misbehaving environments for tests and chaos runs (import paths usable as `env`).
+
+    ftrl.rl.testing_envs:make_flaky_env    CartPole that fails every `fail_every` steps
+    ftrl.rl.testing_envs:make_slow_env     CartPole that sleeps `sleep_s` per step
+    ftrl.rl.testing_envs:make_broken_env   raises while being constructed
+    ftrl.rl.testing_envs:make_dict_env     has a Dict observation space (unsupported)
+    ftrl.rl.testing_envs:make_counter_env  deterministic: obs = step count, reward 1,
+                                           episode of `episode_len` steps (terminates)
+
+`make_flaky_env` env_config keys: `fail_every` (steps of this instance, default 50),
+`mode` ("raise" | "exit" | "segfault" | "nan_obs" | "nan_reward"), `fail_in`
+("step" | "reset"), `max_episode_steps` (default 500).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class FlakyEnv(gym.Wrapper):
+    """Fails on every `fail_every`-th call of `fail_in` made on this instance."""
+
+    def __init__(self, env: gym.Env, fail_every: int = 50, mode: str = "raise", fail_in: str = "step"):
+        super().__init__(env)
+        if mode not in ("raise", "exit", "segfault", "nan_obs", "nan_reward"):
+            raise ValueError(f"unknown mode {mode!r}")
+        if fail_in not in ("step", "reset"):
+            raise ValueError(f"unknown fail_in {fail_in!r}")
+        self.fail_every = fail_every
+        self.mode = mode
+        self.fail_in = fail_in
+        self.calls = 0
+
+    def _fail(self) -> bool:
+        self.calls += 1
+        if self.calls % self.fail_every != 0:
+            return False
+        if self.mode == "raise":
+            raise RuntimeError(f"flaky env failed on call {self.calls}")
+        if self.mode == "exit":
+            os._exit(13)
+        if self.mode == "segfault":
+            ctypes.string_at(0)
+        return True
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        if self.fail_in == "reset" and self._fail() and self.mode == "nan_obs":
+            obs = np.full_like(obs, np.nan)
+        return obs, info
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.fail_in == "step" and self._fail():
+            if self.mode == "nan_obs":
+                obs = np.full_like(obs, np.nan)
+            elif self.mode == "nan_reward":
+                reward = float("nan")
+        return obs, reward, terminated, truncated, info
+
+
+def make_flaky_env(config: dict) -> gym.Env:
+    config = dict(config)
+    base = gym.make("CartPole-v1", max_episode_steps=int(config.pop("max_episode_steps", 500)))
+    return FlakyEnv(base, **config)
+
+
+class SlowEnv(gym.Wrapper):
+    def __init__(self, env: gym.Env, sleep_s: float = 0.01):
+        super().__init__(env)
+        self.sleep_s = sleep_s
+
+    def step(self, action: Any):
+        time.sleep(self.sleep_s)
+        return self.env.step(action)
+
+
+def make_slow_env(config: dict) -> gym.Env:
+    return SlowEnv(gym.make("CartPole-v1"), sleep_s=float(config.get("sleep_s", 0.01)))
+
+
+def make_broken_env(config: dict) -> gym.Env:
+    raise RuntimeError("this environment cannot be built (on purpose)")
+
+
+class DictObsEnv(gym.Env):
+    observation_space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Discrete(3)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+def make_dict_env(config: dict) -> gym.Env:
+    return DictObsEnv()
+
+
+class CounterEnv(gym.Env):
+    """obs = [t], reward 1 per step, terminates after `episode_len` steps."""
+
+    action_space = gym.spaces.Discrete(2)
+    observation_space = gym.spaces.Box(0.0, np.inf, (1,), np.float32)
+
+    def __init__(self, episode_len: int = 5, truncate: bool = False):
+        self.episode_len = episode_len
+        self.truncate = truncate
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: Any):
+        self.t += 1
+        done = self.t >= self.episode_len
+        obs = np.array([float(self.t)], np.float32)
+        return obs, 1.0, done and not self.truncate, done and self.truncate, {}
+
+
+def make_counter_env(config: dict) -> gym.Env:
+    return CounterEnv(int(config.get("episode_len", 5)), bool(config.get("truncate", False)))

@@ -1,0 +1,162 @@
+"""The server inside an actor process: runs calls on the user object, answers pings.
+
+Async methods run on the event loop; sync methods run on a small thread pool
+(`max_concurrency` threads, 1 by default so calls are serialized like Ray's
+actors) so the loop keeps answering liveness pings during long calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+import traceback
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from ftrl.wire import codec
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire import ftrl_pb2_grpc as pb_grpc
+from ftrl.wire.errors import (
+    FtrlError,
+    InvalidArgumentError,
+    MethodNotFoundError,
+    ResourceExhaustedError,
+    StaleIncarnationError,
+    status_of,
+)
+from ftrl.wire.limits import CHUNK_BYTES, MAX_CALL_BYTES, check_method
+
+log = logging.getLogger(__name__)
+
+FIRST_CHUNK_TIMEOUT_S = 30.0
+
+
+def remote_error(exc: BaseException) -> pb.RemoteError:
+    """Describe a user exception for the caller (type path, message, traceback)."""
+    cls = type(exc)
+    module = cls.__module__
+    name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    tb = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+    return pb.RemoteError(type=name, message=str(exc)[:10_000], traceback=tb[-20_000:])
+
+
+def reply_chunks(payload: bytes) -> list[pb.CallChunk]:
+    """Split a result payload into reply chunks (the first carries the total size)."""
+    view = memoryview(payload)
+    chunks = [pb.CallChunk(total_bytes=len(payload), data=bytes(view[:CHUNK_BYTES]))]
+    for start in range(CHUNK_BYTES, len(payload), CHUNK_BYTES):
+        chunks.append(pb.CallChunk(data=bytes(view[start : start + CHUNK_BYTES])))
+    return chunks
+
+
+async def read_payload(first: pb.CallChunk, rest: AsyncIterator[pb.CallChunk], total: int) -> bytes:
+    """Collect a chunked payload of exactly `total` bytes."""
+    if total < 0 or total > MAX_CALL_BYTES:
+        raise ResourceExhaustedError(
+            f"call payload of {total} bytes exceeds the limit of {MAX_CALL_BYTES} bytes"
+        )
+    parts = [first.data]
+    size = len(first.data)
+    if size < total:
+        async for chunk in rest:
+            parts.append(chunk.data)
+            size += len(chunk.data)
+            if size >= total:
+                break
+    if size != total:
+        raise InvalidArgumentError(f"call payload has {size} bytes but its header says {total}")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class ActorServicer(pb_grpc.ActorServicer):
+    """Serves one user object as incarnation `incarnation` of actor `name`."""
+
+    def __init__(self, obj: Any, name: str, incarnation: int, max_concurrency: int = 1) -> None:
+        self.obj = obj
+        self.name = name
+        self.incarnation = incarnation
+        self.class_path = f"{type(obj).__module__}:{type(obj).__qualname__}"
+        self.started = time.monotonic()
+        self.in_flight = 0
+        self.executor = ThreadPoolExecutor(max(1, max_concurrency), thread_name_prefix="ftrl-call")
+
+    def _method(self, name: str):
+        check_method(name)
+        fn = getattr(self.obj, name, None)
+        if fn is None or not callable(fn):
+            raise MethodNotFoundError(f"actor {self.name} ({self.class_path}) has no method {name!r}")
+        return fn
+
+    async def Ping(self, request, context):
+        return pb.PingReply(
+            name=self.name,
+            incarnation=self.incarnation,
+            pid=os.getpid(),
+            calls_in_flight=self.in_flight,
+            uptime_s=time.monotonic() - self.started,
+        )
+
+    async def Call(self, request_iterator, context):
+        try:
+            first = await asyncio.wait_for(request_iterator.__anext__(), FIRST_CHUNK_TIMEOUT_S)
+        except (StopAsyncIteration, asyncio.TimeoutError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a call needs a header chunk")
+            return
+        try:
+            header = first.header
+            if not first.HasField("header"):
+                raise InvalidArgumentError("the first chunk of a call must carry the header")
+            if header.incarnation and header.incarnation != self.incarnation:
+                raise StaleIncarnationError(
+                    f"stale incarnation: actor {self.name} is incarnation {self.incarnation}, "
+                    f"the call was meant for incarnation {header.incarnation}"
+                )
+            fn = self._method(header.method)
+            payload = await read_payload(first, request_iterator, header.total_bytes)
+            call = codec.decode(payload) if payload else [[], {}]
+            if (
+                not isinstance(call, list)
+                or len(call) != 2
+                or not isinstance(call[0], list)
+                or not isinstance(call[1], dict)
+            ):
+                raise InvalidArgumentError("call payload must be [args list, kwargs map]")
+        except FtrlError as e:
+            await context.abort(*status_of(e))
+            return
+        self.in_flight += 1
+        try:
+            result = await self._run(fn, call[0], call[1])
+            payload = codec.encode(result)
+        except Exception as e:  # user code raised, or its result is not msgpack-able
+            yield pb.CallChunk(error=remote_error(e))
+            return
+        finally:
+            self.in_flight -= 1
+        for chunk in reply_chunks(payload):
+            yield chunk
+
+    async def _run(self, fn, args: list, kwargs: dict) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+def new_actor_server(servicer: ActorServicer, security, max_message: int) -> aio.Server:
+    """A grpc.aio server for one actor with auth interceptors and size caps."""
+    from ftrl.wire.grpcopts import server_options
+
+    server = aio.server(options=server_options(max_message), interceptors=security.interceptors())
+    pb_grpc.add_ActorServicer_to_server(servicer, server)
+    return server

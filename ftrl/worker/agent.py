@@ -1,0 +1,539 @@
+"""The node agent (`ftrl worker`): registers, heartbeats, runs and watches actors.
+
+- Registration + one `Connect` stream to the coordinator: heartbeats and actor
+  reports go up, start/stop commands come down. If the coordinator is gone the
+  agent keeps its actors running and reconnects with capped backoff; on
+  reconnect it reports what it runs and stops whatever the coordinator fences.
+- Each actor incarnation is a child process; its exit is noticed at once by the
+  loop's child watcher. A dead actor is restarted in place right away (then
+  reported) when three things hold: it has restarts left, the incarnation is in
+  the range the coordinator granted this node, and the node's *lease* is valid.
+  The lease is the send time of the last acknowledged heartbeat plus 80% of the
+  heartbeat timeout: it always runs out before the coordinator can declare this
+  node lost, so a partitioned node never restarts an actor that the coordinator
+  is moving elsewhere. Without a lease the death is reported and the
+  coordinator decides.
+- Every alive actor is pinged on its own event loop; one that does not answer
+  for `actor_hang_timeout_s` (SIGSTOP, a wedged loop) is killed and restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from ftrl import __version__
+from ftrl.util.backoff import Backoff, restart_delay
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire import ftrl_pb2_grpc as pb_grpc
+from ftrl.wire.errors import AlreadyExistsError, ConfigError, FtrlError, error_from_rpc
+from ftrl.wire.grpcopts import channel_options
+from ftrl.wire.limits import MAX_CONTROL_MESSAGE, check_name
+from ftrl.wire.security import Security, is_loopback, secure_channel
+from ftrl.worker.processes import ActorProcess, SparePool
+
+log = logging.getLogger(__name__)
+
+LEASE_FRACTION = 0.8
+REGISTER_TIMEOUT_S = 5.0
+QUICK_CRASH_S = 1.0
+
+
+@dataclass
+class WorkerOptions:
+    coordinator: str
+    node_id: str | None = None
+    slots: int = 0  # 0: number of CPUs
+    gpus: int = 0
+    resources: dict[str, float] = field(default_factory=dict)
+    address: str | None = None  # host actors listen on and advertise
+    actor_hang_timeout_s: float = 10.0
+    actor_start_timeout_s: float = 300.0
+    spares: int = 1
+    preload: str = ""
+    log_dir: str | None = None
+    log_level: str = "INFO"
+
+
+@dataclass(eq=False)
+class LocalActor:
+    """One named actor on this node and its current incarnation."""
+
+    spec: pb.ActorSpec
+    incarnation: int
+    restarts: int
+    local_until: int
+    state: str = "starting"  # starting | alive | waiting | stopping
+    host: ActorProcess | None = None
+    port: int = 0
+    pid: int = 0
+    started_at: float = 0.0
+    crash_streak: int = 0
+    last_pong: float = 0.0
+    hung: bool = False
+    stop_requested: bool = False
+    stop_reason: str = ""
+    task: asyncio.Task | None = None
+    gpu_ids: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "unknown exit"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def log_tail(path: Path, lines: int = 12, max_bytes: int = 8192) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def local_address_towards(host: str) -> str:
+    """The local IP this machine uses to reach `host` (no packet is sent)."""
+    if is_loopback(host):
+        return "127.0.0.1"
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))
+        return s.getsockname()[0]
+    return "0.0.0.0"
+
+
+class NodeAgent:
+    """See the module docstring."""
+
+    def __init__(self, opts: WorkerOptions, security: Security) -> None:
+        self.opts = opts
+        self.security = security
+        host, _, port = opts.coordinator.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--coordinator must be HOST:PORT, got {opts.coordinator!r}")
+        self.node_id = check_name(opts.node_id or f"{socket.gethostname()}-{os.getpid()}", "node id")
+        self.session_id = uuid.uuid4().hex
+        self.address = opts.address or local_address_towards(host.strip("[]"))
+        slots = opts.slots or os.cpu_count() or 1
+        self.slots = slots
+        self.resources = {"cpu": float(slots), "gpu": float(opts.gpus), **opts.resources}
+        self.log_dir = Path(opts.log_dir or f"/tmp/ftrl-{os.getuid()}/{self.node_id}/logs")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.actors: dict[str, LocalActor] = {}
+        self.epoch = 0
+        self.lease_until = 0.0
+        self.last_ack = 0.0
+        self.hb_interval = 1.0
+        self.hb_timeout = 5.0
+        self.connected = asyncio.Event()
+        self._outbox: asyncio.Queue | None = None
+        self._free_gpus = list(range(opts.gpus))
+        self._tasks: set[asyncio.Task] = set()
+        self._stop = asyncio.Event()
+        self._fatal: BaseException | None = None
+        self._channel = secure_channel(opts.coordinator, security, channel_options(MAX_CONTROL_MESSAGE))
+        self._stub = pb_grpc.CoordinatorStub(self._channel)
+        self._md = security.metadata()
+        self._ping_channels: dict[str, tuple[str, grpc.aio.Channel, pb_grpc.ActorStub]] = {}
+        child_env = {**security.to_env(), "FTRL_COORDINATOR": opts.coordinator}
+        self.pool = SparePool(opts.spares, opts.preload, self.log_dir, child_env)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Run until `stop` is set, the coordinator says shutdown, or a fatal error."""
+        stop = stop or self._stop
+        log.info("worker %s (session %s) starting: coordinator %s, actors on %s, resources %s",
+                 self.node_id, self.session_id[:8], self.opts.coordinator, self.address, self.resources)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [
+                    tg.create_task(self._connection_loop()),
+                    tg.create_task(self._ping_loop()),
+                    tg.create_task(self.pool.maintain()),
+                ]
+                stopper = tg.create_task(self._wait_stop(stop))
+                await stopper
+                for t in tasks:
+                    t.cancel()
+        finally:
+            await self._stop_all("worker shutting down")
+            await self._channel.close()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _wait_stop(self, stop: asyncio.Event) -> None:
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._stop.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _stop_all(self, reason: str) -> None:
+        for la in list(self.actors.values()):
+            la.stop_requested, la.stop_reason = True, reason
+        await asyncio.gather(*(self._stop_actor(la) for la in list(self.actors.values())),
+                             return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for _, channel, _ in self._ping_channels.values():
+            await channel.close()
+        self._ping_channels.clear()
+
+    # ---------------------------------------------------------------- coordinator link
+
+    def lease_valid(self) -> bool:
+        return time.monotonic() < self.lease_until
+
+    async def _connection_loop(self) -> None:
+        backoff = Backoff(base=0.2, cap=2.0, jitter=0.2)
+        failures = 0
+        while True:
+            try:
+                reply = await self._register()
+                backoff.reset()
+                failures = 0
+                await self._session(reply)
+            except AlreadyExistsError as e:
+                log.error("cannot join the cluster: %s", e)
+                self._fatal = e
+                self._stop.set()
+                return
+            except (grpc.RpcError, FtrlError, ConnectionError, OSError) as e:
+                failures += 1
+                err = error_from_rpc(e, "coordinator") if isinstance(e, grpc.RpcError) else e
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("coordinator link down (%s); keeping %d actors running, retrying",
+                                err, len(self.actors))
+            finally:
+                self.connected.clear()
+                self._outbox = None
+            await asyncio.sleep(backoff.next_delay())
+
+    def _running(self) -> list[pb.RunningActor]:
+        out = []
+        for la in self.actors.values():
+            if la.state == "stopping":
+                continue
+            out.append(pb.RunningActor(
+                spec=la.spec, incarnation=la.incarnation, pid=la.pid,
+                address=f"{self.address}:{la.port}" if la.state == "alive" else "",
+                node_epoch=self.epoch, restarts=la.restarts, local_until=la.local_until,
+            ))
+        return out
+
+    async def _register(self) -> pb.RegisterNodeReply:
+        req = pb.RegisterNodeRequest(
+            node_id=self.node_id, session_id=self.session_id, address=self.address,
+            resources=self.resources, slots=self.slots, running=self._running(),
+            hostname=socket.gethostname(), pid=os.getpid(), version=__version__,
+            previous_epoch=self.epoch,
+        )
+        try:
+            reply = await self._stub.RegisterNode(req, timeout=REGISTER_TIMEOUT_S, metadata=self._md)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, "coordinator") from None
+        self.epoch = reply.node_epoch
+        self.hb_interval = reply.heartbeat_interval_s or 1.0
+        self.hb_timeout = reply.heartbeat_timeout_s or 5.0
+        for stop in reply.stop:
+            log.warning("coordinator fenced %s incarnation %d: %s", stop.name, stop.incarnation, stop.reason)
+            self._on_stop(stop, report=False)
+        log.info("registered as %s (epoch %d) with coordinator %s", self.node_id, self.epoch,
+                 reply.coordinator_id)
+        return reply
+
+    async def _session(self, reply: pb.RegisterNodeReply) -> None:
+        call = self._stub.Connect(metadata=self._md)
+        outbox: asyncio.Queue = asyncio.Queue(10_000)
+        sent: dict[int, float] = {}
+        self.last_ack = time.monotonic()
+
+        async def writer() -> None:
+            seq = 0
+            while True:
+                seq += 1
+                sent[seq] = time.monotonic()
+                await call.write(pb.NodeMessage(
+                    node_id=self.node_id, epoch=self.epoch,
+                    heartbeat=pb.Heartbeat(seq=seq, num_actors=len(self.actors))))
+                deadline = time.monotonic() + self.hb_interval
+                while (remaining := deadline - time.monotonic()) > 0:
+                    try:
+                        msg = await asyncio.wait_for(outbox.get(), remaining)
+                    except asyncio.TimeoutError:
+                        break
+                    await call.write(msg)
+
+        async def reader() -> None:
+            async for msg in call:
+                kind = msg.WhichOneof("body")
+                if kind == "ack":
+                    t = sent.pop(msg.ack.seq, None)
+                    for old in [s for s in sent if s < msg.ack.seq]:
+                        del sent[old]
+                    if t is not None:
+                        self.lease_until = t + LEASE_FRACTION * self.hb_timeout
+                        self.last_ack = time.monotonic()
+                        if not self.connected.is_set():
+                            self._outbox = outbox
+                            self.connected.set()
+                elif kind == "start":
+                    self._on_start(msg.start)
+                elif kind == "stop":
+                    self._on_stop(msg.stop)
+                elif kind == "shutdown":
+                    log.warning("coordinator asked this worker to shut down: %s", msg.shutdown)
+                    self._stop.set()
+            raise ConnectionError("coordinator closed the stream")
+
+        async def watchdog() -> None:
+            while True:
+                await asyncio.sleep(self.hb_interval / 2)
+                silent = time.monotonic() - self.last_ack
+                if silent > self.hb_timeout:
+                    raise ConnectionError(f"no heartbeat ack for {silent:.1f}s")
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(writer())
+                tg.create_task(reader())
+                tg.create_task(watchdog())
+        except* grpc.RpcError as eg:
+            raise eg.exceptions[0] from None
+        except* ConnectionError as eg:
+            raise eg.exceptions[0] from None
+        finally:
+            call.cancel()
+
+    def _report(self, **fields) -> None:
+        outbox = self._outbox
+        if outbox is None:
+            return  # not connected: the next registration reports the truth
+        msg = pb.NodeMessage(node_id=self.node_id, epoch=self.epoch,
+                             report=pb.ActorReport(at=time.time(), **fields))
+        with contextlib.suppress(asyncio.QueueFull):
+            outbox.put_nowait(msg)
+
+    # ---------------------------------------------------------------- commands
+
+    def _on_start(self, start: pb.StartActor) -> None:
+        name = start.spec.name
+        existing = self.actors.get(name)
+        if existing is not None:
+            if existing.incarnation >= start.incarnation and not existing.stop_requested:
+                return  # a duplicate command
+            existing.stop_requested, existing.stop_reason = True, "replaced by a newer incarnation"
+            self._spawn(self._stop_actor(existing))
+        la = LocalActor(spec=start.spec, incarnation=start.incarnation, restarts=start.restarts,
+                        local_until=start.local_until or start.incarnation + 1)
+        self.actors[name] = la
+        la.task = self._spawn(self._run_actor(la, start.delay_s))
+
+    def _on_stop(self, stop: pb.StopActor, report: bool = True) -> None:
+        la = self.actors.get(stop.name)
+        if la is None or (stop.incarnation and la.incarnation > stop.incarnation):
+            return
+        la.stop_requested, la.stop_reason = True, stop.reason
+        self._spawn(self._stop_actor(la, report))
+
+    async def _stop_actor(self, la: LocalActor, report: bool = True) -> None:
+        la.state = "stopping"
+        if la.host is not None:
+            await la.host.stop(grace_s=0.5 if la.stop_reason.startswith("fenced") else 2.0)
+        if la.task is not None and not la.task.done():
+            la.task.cancel()
+        self._forget(la)
+        if report:
+            self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
+                         reason=la.stop_reason)
+
+    def _forget(self, la: LocalActor) -> None:
+        if self.actors.get(la.name) is la:
+            del self.actors[la.name]
+        self._free_gpus.extend(la.gpu_ids)
+        la.gpu_ids = []
+        entry = self._ping_channels.pop(la.name, None)
+        if entry is not None:
+            self._spawn(entry[1].close())
+
+    # ---------------------------------------------------------------- actor processes
+
+    def _log_path(self, name: str) -> Path:
+        return self.log_dir / (name.replace("/", "_") + ".log")
+
+    async def _run_actor(self, la: LocalActor, delay_s: float = 0.0) -> None:
+        """Start one incarnation, report it, and handle its exit."""
+        if delay_s > 0:
+            la.state = "waiting"
+            await asyncio.sleep(delay_s)
+        la.state, la.hung, la.port, la.pid = "starting", False, 0, 0
+        host = await self.pool.acquire()
+        la.host = host
+        la.pid = host.pid
+        outcome = await self._start_on(la, host)
+        if outcome is None:  # started: now wait for the process to end
+            code = await host.wait()
+            host.close()
+            self._on_exit(la, code)
+
+    async def _start_on(self, la: LocalActor, host: ActorProcess) -> str | None:
+        """Assign the actor to `host`; None once it serves, else why it failed."""
+        spec = la.spec
+        gpus = int(spec.resources.get("gpu", 0))
+        env = {}
+        if gpus and len(self._free_gpus) >= gpus:
+            la.gpu_ids, self._free_gpus = self._free_gpus[:gpus], self._free_gpus[gpus:]
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, la.gpu_ids))
+        elif "gpu" in self.resources and not gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        if spec.env:
+            from ftrl.wire import codec
+
+            env.update(codec.decode(spec.env, codec.SMALL_LIMITS))
+        assign = {
+            "kind": "assign", "spec": spec.SerializeToString(), "incarnation": la.incarnation,
+            "restarts": la.restarts, "node_id": self.node_id, "coordinator": self.opts.coordinator,
+            "bind_host": self.address, "log_path": str(self._log_path(la.name)), "env": env,
+            "log_level": self.opts.log_level,
+            "security": {k: v for k, v in vars(self.security).items() if v is not None},
+        }
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout(self.opts.actor_start_timeout_s):
+                await asyncio.shield(host.ready)
+                host.send(assign)
+                msg = await host.read()
+        except (EOFError, OSError, ValueError) as e:
+            code = await host.wait()
+            host.close()
+            self._on_exit(la, code, prefix=f"died while starting ({e})")
+            return "died"
+        except TimeoutError:
+            host.signal(signal.SIGKILL)
+            await host.wait()
+            host.close()
+            self._start_failed(la, "TimeoutError",
+                               f"did not start within {self.opts.actor_start_timeout_s:g}s")
+            return "timeout"
+        if msg.get("kind") == "start_failed":
+            await host.stop(grace_s=1.0)
+            self._start_failed(la, msg.get("error_type", "Exception"), msg.get("message", ""),
+                               msg.get("traceback", ""))
+            return "failed"
+        la.port = int(msg["port"])
+        la.state = "alive"
+        la.started_at = la.last_pong = time.monotonic()
+        log.info("actor %s incarnation %d alive (pid %d, port %d, %.3fs)", la.name, la.incarnation,
+                 host.pid, la.port, time.monotonic() - t0)
+        self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STARTED,
+                     pid=host.pid, address=f"{self.address}:{la.port}")
+        return None
+
+    def _start_failed(self, la: LocalActor, error_type: str, message: str, tb: str = "") -> None:
+        log.warning("actor %s incarnation %d failed to start: %s: %s", la.name, la.incarnation,
+                    error_type, message)
+        self._forget(la)
+        self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_START_FAILED,
+                     error_type=error_type, reason=f"{error_type}: {message}"[:4000])
+
+    def _on_exit(self, la: LocalActor, code: int | None, prefix: str = "") -> None:
+        if la.stop_requested or self.actors.get(la.name) is not la:
+            return
+        why = "did not answer pings; killed" if la.hung else describe_exit(code)
+        reason = f"{prefix + '; ' if prefix else ''}{why}"
+        tail = log_tail(self._log_path(la.name))
+        details = f"{reason}\n--- last lines of {self._log_path(la.name)} ---\n{tail}" if tail else reason
+        quick = la.started_at == 0.0 or time.monotonic() - la.started_at < QUICK_CRASH_S
+        la.crash_streak = la.crash_streak + 1 if quick else 1
+        spec = la.spec
+        has_budget = spec.max_restarts < 0 or la.restarts < spec.max_restarts
+        in_range = la.incarnation + 1 < la.local_until
+        if has_budget and in_range and self.lease_valid():
+            old = la.incarnation
+            self._report(name=la.name, incarnation=old, kind=pb.REPORT_EXITED, exit_code=code or 0,
+                         reason=details[:4000], restarting_locally=True, next_incarnation=old + 1)
+            la.incarnation, la.restarts = old + 1, la.restarts + 1
+            la.host = None
+            self._free_gpus.extend(la.gpu_ids)
+            la.gpu_ids = []
+            delay = restart_delay(la.crash_streak - 1)
+            log.warning("actor %s incarnation %d %s; restarting in place as incarnation %d%s",
+                        la.name, old, reason, la.incarnation, f" in {delay:.2f}s" if delay else "")
+            la.task = self._spawn(self._run_actor(la, delay))
+        else:
+            why_not = ("no restarts left" if not has_budget else
+                       "no local incarnations left" if not in_range else "no coordinator lease")
+            log.warning("actor %s incarnation %d %s; not restarting locally (%s)", la.name,
+                        la.incarnation, reason, why_not)
+            self._forget(la)
+            self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_EXITED,
+                         exit_code=code or 0, reason=details[:4000])
+
+    # ---------------------------------------------------------------- hang detection
+
+    def _ping_stub(self, la: LocalActor) -> pb_grpc.ActorStub:
+        target = f"{self.address}:{la.port}"
+        entry = self._ping_channels.get(la.name)
+        if entry is None or entry[0] != target:
+            if entry is not None:
+                self._spawn(entry[1].close())
+            channel = secure_channel(target, self.security, channel_options(1 << 20))
+            entry = (target, channel, pb_grpc.ActorStub(channel))
+            self._ping_channels[la.name] = entry
+        return entry[2]
+
+    async def _ping_one(self, la: LocalActor, timeout: float) -> None:
+        try:
+            reply = await self._ping_stub(la).Ping(
+                pb.PingRequest(incarnation=la.incarnation), timeout=timeout, metadata=self._md)
+            if reply.incarnation == la.incarnation:
+                la.last_pong = time.monotonic()
+        except grpc.RpcError:
+            pass
+        if la.state == "alive" and time.monotonic() - la.last_pong > self.opts.actor_hang_timeout_s:
+            la.hung = True
+            log.warning("actor %s incarnation %d did not answer pings for %.1fs: killing it",
+                        la.name, la.incarnation, time.monotonic() - la.last_pong)
+            self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_HUNG,
+                         reason=f"no ping answer for {self.opts.actor_hang_timeout_s:g}s")
+            if la.host is not None:
+                la.host.signal(signal.SIGKILL)
+
+    async def _ping_loop(self) -> None:
+        interval = max(0.05, min(1.0, self.opts.actor_hang_timeout_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            alive = [la for la in self.actors.values() if la.state == "alive" and not la.hung]
+            if alive:
+                await asyncio.gather(*(self._ping_one(la, interval) for la in alive))

@@ -1,0 +1,156 @@
+"""The actor process: `python -m ftrl.worker.host --ctl-in FD --ctl-out FD`.
+
+A host starts as a *spare*: it imports the heavy modules the worker asked it to
+preload (grpc, numpy, torch...) and then blocks on its control pipe. When the
+worker assigns it an actor it imports the class, constructs it, starts its own
+grpc.aio server and reports the port. Spares make a restart cost a constructor
+call instead of a Python start plus imports.
+
+The process dies with its worker (PR_SET_PDEATHSIG) and also exits when the
+control pipe closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from ftrl.util.runtime import die_with_parent, run_async, setup_logging, stop_on_signals
+from ftrl.worker.pipe import read_frame, write_frame
+
+log = logging.getLogger("ftrl.actor")
+
+
+def import_class(class_path: str) -> type:
+    """Import 'package.module:Class' (nested 'Outer.Inner' allowed)."""
+    module_name, _, qualname = class_path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"cannot import module {module_name!r} of class path {class_path!r}: {e}") from e
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"module {module_name!r} has no attribute {qualname!r} (class path {class_path!r})") from None
+    if not isinstance(obj, type):
+        raise TypeError(f"{class_path!r} is a {type(obj).__name__}, not a class")
+    return obj
+
+
+def _redirect_output(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ftrl-actor-host")
+    ap.add_argument("--ctl-in", type=int, required=True)
+    ap.add_argument("--ctl-out", type=int, required=True)
+    ap.add_argument("--preload", default="")
+    args = ap.parse_args(argv)
+    die_with_parent()
+    _set_title("ftrl-actor-spare")
+    for module in filter(None, args.preload.split(",")):
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # a preload is only an optimization
+            print(f"ftrl spare: preload of {module} failed: {e}", file=sys.stderr)
+    import grpc  # noqa: F401  (the expensive part of every actor)
+
+    from ftrl.worker import actor_server  # noqa: F401
+
+    write_frame(args.ctl_out, {"kind": "ready"})
+    try:
+        msg = read_frame(args.ctl_in)
+    except EOFError:
+        return 0
+    if msg.get("log_path"):
+        _redirect_output(msg["log_path"])
+    for key, value in (msg.get("env") or {}).items():
+        os.environ[key] = value
+    setup_logging(msg.get("log_level", "INFO"), "ftrl-actor")
+    return run_async(_serve(msg, args.ctl_in, args.ctl_out))
+
+
+async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
+    from ftrl.client.context import RuntimeContext, set_runtime_context
+    from ftrl.wire import codec
+    from ftrl.wire import ftrl_pb2 as pb
+    from ftrl.wire.limits import MAX_ACTOR_MESSAGE
+    from ftrl.wire.security import Security, bind
+    from ftrl.worker.actor_server import ActorServicer, new_actor_server, remote_error
+
+    spec = pb.ActorSpec.FromString(msg["spec"])
+    incarnation = int(msg["incarnation"])
+    _set_title(f"ftrl-actor {spec.name}")
+    security = Security(**msg.get("security", {}))
+    set_runtime_context(RuntimeContext(
+        name=spec.name, incarnation=incarnation, node_id=msg.get("node_id", ""),
+        coordinator=msg.get("coordinator", ""), restarts=int(msg.get("restarts", 0)),
+        security=security,
+    ))
+    started = time.monotonic()
+    try:
+        cls = import_class(spec.class_path)
+        kwargs = codec.decode(spec.kwargs) if spec.kwargs else {}
+        obj = cls(**kwargs)
+    except BaseException as e:  # report any construct failure, then exit
+        err = remote_error(e)
+        log.error("actor %s failed to start:\n%s", spec.name, err.traceback)
+        write_frame(ctl_out, {"kind": "start_failed", "error_type": err.type, "message": err.message,
+                              "traceback": err.traceback})
+        return 3
+    servicer = ActorServicer(obj, spec.name, incarnation, spec.max_concurrency or 1)
+    server = new_actor_server(servicer, security, MAX_ACTOR_MESSAGE)
+    port = bind(server, f"{msg['bind_host']}:0", security)
+    await server.start()
+    write_frame(ctl_out, {"kind": "started", "port": port, "pid": os.getpid()})
+    log.info("actor %s incarnation %d serving on port %d (started in %.3fs)",
+             spec.name, incarnation, port, time.monotonic() - started)
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    loop = asyncio.get_running_loop()
+
+    def _ctl_readable() -> None:
+        try:
+            data = os.read(ctl_in, 4096)
+        except OSError:
+            data = b""
+        if not data:  # the worker is gone
+            loop.remove_reader(ctl_in)
+            stop.set()
+
+    loop.add_reader(ctl_in, _ctl_readable)
+    await stop.wait()
+    shutdown = getattr(obj, "__ftrl_shutdown__", None)
+    if callable(shutdown):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.to_thread(shutdown), 5.0)
+    await server.stop(0.5)
+    servicer.executor.shutdown(wait=False, cancel_futures=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
