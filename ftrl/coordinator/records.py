@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from ftrl.wire import ftrl_pb2 as pb
 
 
-class ActorState(str, Enum):
+class ActorState(StrEnum):
     PENDING = "PENDING"
     STARTING = "STARTING"
     ALIVE = "ALIVE"
@@ -21,7 +21,7 @@ class ActorState(str, Enum):
         return pb.ActorState.Value(f"ACTOR_{self.value}")
 
 
-class NodeState(str, Enum):
+class NodeState(StrEnum):
     ALIVE = "ALIVE"
     LOST = "LOST"
     EXCLUDED = "EXCLUDED"

@@ -116,7 +116,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def Connect(self, request_iterator, context) -> AsyncIterator[pb.CoordinatorMessage]:
         try:
             first = await asyncio.wait_for(request_iterator.__anext__(), timeout=30)
-        except (StopAsyncIteration, asyncio.TimeoutError):
+        except (TimeoutError, StopAsyncIteration):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Connect needs a first message")
             return
         node_id, epoch = first.node_id, first.epoch

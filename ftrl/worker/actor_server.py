@@ -106,7 +106,7 @@ class ActorServicer(pb_grpc.ActorServicer):
     async def Call(self, request_iterator, context):
         try:
             first = await asyncio.wait_for(request_iterator.__anext__(), FIRST_CHUNK_TIMEOUT_S)
-        except (StopAsyncIteration, asyncio.TimeoutError):
+        except (TimeoutError, StopAsyncIteration):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a call needs a header chunk")
             return
         try:

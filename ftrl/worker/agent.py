@@ -291,7 +291,7 @@ class NodeAgent:
                 while (remaining := deadline - time.monotonic()) > 0:
                     try:
                         msg = await asyncio.wait_for(outbox.get(), remaining)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         break
                     await call.write(msg)
 

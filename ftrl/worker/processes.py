@@ -65,7 +65,7 @@ class ActorProcess:
             self.signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.signal(signal.SIGKILL)
         code = await self.proc.wait()
         self.close()
@@ -157,7 +157,7 @@ class SparePool:
                     try:
                         await asyncio.wait_for(asyncio.shield(host.ready), 120)
                         self._backoff.reset()
-                    except (EOFError, asyncio.TimeoutError) as e:
+                    except (TimeoutError, EOFError) as e:
                         log.warning("spare process failed: %s (see %s)", e, self.log_dir / "spares.log")
                         self._spares = deque(h for h in self._spares if h is not host)
                         host.signal(signal.SIGKILL)
