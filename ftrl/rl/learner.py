@@ -209,7 +209,7 @@ class PPOLearner:
         """Model, optimizer, version and RNG states as msgpack + numpy (for checkpoints)."""
         return {
             "model": {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()},
-            "optimizer": _to_numpy(self.optimizer.state_dict()),
+            "optimizer": _optimizer_state_to_wire(self.optimizer.state_dict()),
             "version": self.version,
             "num_updates": self.num_updates,
             "torch_rng": torch.get_rng_state().numpy().copy(),
@@ -226,7 +226,7 @@ class PPOLearner:
             if tuple(np.shape(value)) != tuple(own[key].shape):
                 raise ValueError(f"model parameter {key} has shape {np.shape(value)}, expected {tuple(own[key].shape)}")
         self.model.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in model_state.items()})
-        self.optimizer.load_state_dict(_to_torch(state["optimizer"]))
+        self.optimizer.load_state_dict(_optimizer_state_from_wire(state["optimizer"]))
         self.version = int(state["version"])
         self.num_updates = int(state.get("num_updates", 0))
         if "torch_rng" in state:
@@ -245,6 +245,21 @@ def _adam(params: Any, lr: float, eps: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     except (RuntimeError, TypeError, ValueError):
         return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+
+
+def _optimizer_state_to_wire(state: dict[str, Any]) -> dict[str, Any]:
+    """Optimizer state_dict with tensors as arrays and its int keys as strings."""
+    return {
+        "state": {str(k): _to_numpy(v) for k, v in state["state"].items()},
+        "param_groups": _to_numpy(state["param_groups"]),
+    }
+
+
+def _optimizer_state_from_wire(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "state": {int(k): _to_torch(v) for k, v in state["state"].items()},
+        "param_groups": _to_torch(state["param_groups"]),
+    }
 
 
 def _to_numpy(obj: Any) -> Any:

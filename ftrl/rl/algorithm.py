@@ -1,0 +1,539 @@
+"""Algorithm: the job's driver. Owns the learner, the env runners, metrics and checkpoints.
+
+    algo = PPOConfig().environment("CartPole-v1").build()
+    while True:
+        result = algo.train()          # one training_iteration() plus bookkeeping
+
+Subclasses implement `training_iteration()` with the RLlib-style helpers
+`synchronous_parallel_sample()` and `sync_weights()`; everything else (episode window,
+counters, evaluation, metrics.jsonl, checkpoints, resume) is done here.
+
+Runners: with `num_env_runners=0` the Algorithm samples with a local EnvRunner in its
+own process. Otherwise it creates remote runners through `client.create_actor`; the
+client is injected (`client=`), so the same code runs on the real runtime, on
+`ftrl.rl.local_handle.LocalClient` (in-process threads) in tests, or on whatever the
+cluster hook provides. With no client given and remote runners asked for, a
+LocalClient is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ftrl.config import AlgorithmConfig, StopCriteria
+from ftrl.rl.checkpoint import CheckpointManager
+from ftrl.rl.env_factory import probe_spaces
+from ftrl.rl.env_runner import EnvRunner, config_from_dict
+from ftrl.rl.filters import make_filter
+from ftrl.rl.metrics import EpisodeWindow, MetricsLog, json_safe
+from ftrl.rl.runner_group import EnvRunnerGroup
+from ftrl.rl.sample_batch import check_fragment
+from ftrl.rl.spaces import SpaceSpec, space_spec
+from ftrl.util.files import atomic_write_json
+from ftrl.wire.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+#: Config keys a resumed run must share with its checkpoint.
+_FIXED_ON_RESUME = ("algo", "env", "observation_filter")
+
+
+class Algorithm:
+    """Base driver. Args:
+        config: a validated (or validatable) AlgorithmConfig.
+        client: object with `create_actor` / `kill_actor` (needed for remote runners).
+        output_dir: where metrics.jsonl, checkpoints/ and result.json go (None: nowhere).
+        resume: restore the newest valid checkpoint under output_dir/checkpoints.
+        job_name: prefix of actor names (`JOB/env_runner/I`).
+    """
+
+    def __init__(
+        self,
+        config: AlgorithmConfig,
+        *,
+        client: Any = None,
+        output_dir: str | Path | None = None,
+        resume: bool = False,
+        job_name: str = "ftrl",
+    ):
+        self.config = config.copy()
+        self.config.validate()
+        cfg = self.config
+        torch.set_num_threads(max(1, int(cfg.learners_cfg.num_cpus_per_learner)))
+        seed = cfg.debugging_cfg.seed
+        if seed is not None:
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+        self.job_name = job_name
+        obs_space, act_space = probe_spaces(cfg.environment_cfg.env, cfg.environment_cfg.env_config)
+        self.spec: SpaceSpec = space_spec(obs_space, act_space)
+        self.learner = self.setup_learner()
+        self.filter = make_filter(cfg.env_runners_cfg.observation_filter, (self.spec.obs_dim,))
+        self.episodes = EpisodeWindow(cfg.reporting_cfg.metrics_num_episodes_for_smoothing)
+        # counters (checkpointed)
+        self.iteration = 0
+        self.env_steps_sampled = 0
+        self.env_steps_trained = 0
+        self._time_base = 0.0
+        self._iter: dict[str, Any] = {}
+        self._last_eval: dict[str, Any] | None = None
+        self._last_checkpoint_iter = -1
+        # output
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        self.checkpoints: CheckpointManager | None = None
+        self.metrics_log: MetricsLog | None = None
+        if self.output_dir is not None:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", cfg.checkpointing_cfg.keep_checkpoints)
+            self.metrics_log = MetricsLog(self.output_dir / "metrics.jsonl")
+        self.restored_from: Path | None = None
+        if resume:
+            self._resume()
+        # runners
+        self._own_client = False
+        needs_client = cfg.env_runners_cfg.num_env_runners > 0 or (
+            cfg.evaluation_cfg.evaluation_interval is not None and cfg.evaluation_cfg.evaluation_num_env_runners > 0
+        )
+        if needs_client and client is None:
+            from ftrl.rl.local_handle import LocalClient
+
+            log.info("no client given: remote env runners run as in-process thread actors")
+            client = LocalClient()
+            self._own_client = True
+        self.client = client
+        self.local_runner: EnvRunner | None = None
+        self.env_runner_group: EnvRunnerGroup | None = None
+        self.eval_local_runner: EnvRunner | None = None
+        self.eval_runner_group: EnvRunnerGroup | None = None
+        self._stopped = False
+        try:
+            self._setup_runners()
+            self.sync_weights()
+        except BaseException:
+            self.stop()
+            raise
+        self._t_start = time.monotonic()
+
+    # ------------------------------------------------------------------ setup hooks
+
+    def setup_learner(self) -> Any:
+        """Create the learner (subclasses: return an object with update/get_weights/
+        get_state/set_state)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement setup_learner()")
+
+    def _setup_runners(self) -> None:
+        cfg = self.config
+        spec = self.spec.to_dict()
+        if cfg.env_runners_cfg.num_env_runners == 0:
+            self.local_runner = EnvRunner(cfg, worker_index=0, space_spec=spec, set_torch_threads=False)
+        else:
+            self.env_runner_group = EnvRunnerGroup(self.client, cfg, job_name=self.job_name, space_spec=spec)
+            self.env_runner_group.start()
+        if cfg.evaluation_cfg.evaluation_interval is not None:
+            if cfg.evaluation_cfg.evaluation_num_env_runners == 0:
+                self.eval_local_runner = EnvRunner(cfg, worker_index=0, evaluation=True, space_spec=spec, set_torch_threads=False)
+            else:
+                self.eval_runner_group = EnvRunnerGroup(
+                    self.client, cfg, job_name=self.job_name, space_spec=spec, evaluation=True
+                )
+                self.eval_runner_group.start()
+
+    # ------------------------------------------------------------------ the loop
+
+    def training_iteration(self) -> dict[str, Any]:
+        """One iteration of the algorithm's dataflow; returns a dict of its own metrics."""
+        raise NotImplementedError(f"{type(self).__name__} must implement training_iteration()")
+
+    def train(self) -> dict[str, Any]:
+        """Run `training_iteration()` (repeated up to min_sample_timesteps_per_iteration),
+        evaluate if due, log metrics, checkpoint if due; return the result dict."""
+        t0 = time.monotonic()
+        self._iter = {"env_steps": 0, "episodes": 0, "samples": 0}
+        algo_result: dict[str, Any] = {}
+        min_steps = self.config.reporting_cfg.min_sample_timesteps_per_iteration
+        while True:
+            algo_result = self.training_iteration() or {}
+            if self._iter["env_steps"] >= min_steps:
+                break
+        self.iteration += 1
+        result = self._result(algo_result, time.monotonic() - t0)
+        interval = self.config.evaluation_cfg.evaluation_interval
+        if interval is not None and self.iteration % interval == 0:
+            result["evaluation"] = self.evaluate()
+        if self.metrics_log is not None:
+            self.metrics_log.append(result)
+        ck = self.config.checkpointing_cfg.checkpoint_interval
+        if self.checkpoints is not None and ck > 0 and self.iteration % ck == 0:
+            self.save_checkpoint()
+        return result
+
+    def _result(self, algo_result: dict[str, Any], iter_time: float) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "iteration": self.iteration,
+            "env_steps_sampled": self.env_steps_sampled,
+            "env_steps_sampled_this_iter": self._iter["env_steps"],
+            "env_steps_trained": self.env_steps_trained,
+            "episodes_total": self.episodes.episodes_total,
+            "episodes_this_iter": self._iter["episodes"],
+            **self.episodes.stats(),
+            **self.runner_stats(),
+            "time_s": self.time_s,
+            "time_this_iter_s": iter_time,
+            "timestamp": time.time(),
+        }
+        for key, value in algo_result.items():
+            result.setdefault(key, value)
+        return result
+
+    @property
+    def time_s(self) -> float:
+        """Training wall time, continued across resumes (setup excluded)."""
+        return self._time_base + (time.monotonic() - getattr(self, "_t_start", time.monotonic()))
+
+    def runner_stats(self) -> dict[str, Any]:
+        """Health and failure counters of the env runners."""
+        if self.env_runner_group is not None:
+            stats = self.env_runner_group.stats()
+            stats["num_env_runners"] = self.env_runner_group.num_runners
+            stats["num_samples_in_flight"] = self.env_runner_group.in_flight()
+            return stats
+        runner = self.local_runner
+        return {
+            "num_healthy_env_runners": 0,
+            "num_env_runners": 0,
+            "num_env_runner_restarts": 0,
+            "num_env_runner_failures": 0,
+            "num_sub_env_restarts": runner.num_sub_env_restarts if runner else 0,
+            "num_samples_late": 0,
+            "num_samples_dropped": 0,
+            "env_steps_dropped": 0,
+            "num_samples_lost": 0,
+            "num_samples_in_flight": 0,
+        }
+
+    # ------------------------------------------------------------------ RLlib-style helpers
+
+    def synchronous_parallel_sample(self, max_env_steps: int | None = None, *, timeout_s: float | None = None) -> list[dict[str, np.ndarray]]:
+        """Sample fragments from all healthy runners until `max_env_steps` (default
+        train_batch_size) usable steps arrived or `timeout_s` (default sample_timeout_s)
+        passed. Records episodes, filter deltas and counters; returns the fragments."""
+        target = self.config.training_cfg.train_batch_size if max_env_steps is None else max_env_steps
+        fragments: list[dict[str, np.ndarray]] = []
+        got = 0
+        if self.local_runner is not None:
+            while got < target:
+                result = self.local_runner.sample()
+                self._record(result)
+                fragments.append(result["batch"])
+                got += result["env_steps"]
+            return fragments
+        group = self.env_runner_group
+        assert group is not None
+        timeout = self.config.env_runners_cfg.sample_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        while got < target and time.monotonic() < deadline:
+            group.wait_for_healthy()
+            round_ = group.sample(target - got, current_version=self.learner_version)
+            for result in round_.results:
+                self._record(result, used=not result.get("dropped", False))
+                if not result.get("dropped", False):
+                    try:
+                        check_fragment(result["batch"])
+                    except ValueError as e:
+                        log.warning("dropping a malformed fragment from runner %s: %s", result.get("worker_index"), e)
+                        continue
+                    fragments.append(result["batch"])
+            got += round_.env_steps
+        return fragments
+
+    def _record(self, result: dict[str, Any], used: bool = True) -> None:
+        """Bookkeeping for one sample result: episodes, filter, counters."""
+        steps = int(result.get("env_steps", 0))
+        self.env_steps_sampled += steps
+        self._iter["env_steps"] = self._iter.get("env_steps", 0) + steps
+        self._iter["samples"] = self._iter.get("samples", 0) + 1
+        eps = result.get("episodes") or {}
+        n = self.episodes.add(eps.get("returns", []), eps.get("lengths", []))
+        self._iter["episodes"] = self._iter.get("episodes", 0) + n
+        delta = result.get("filter_delta")
+        if delta is not None:
+            try:
+                self.filter.apply_delta(delta)
+            except ValueError as e:
+                log.warning("ignoring a filter delta from runner %s: %s", result.get("worker_index"), e)
+
+    @property
+    def learner_version(self) -> int:
+        return int(self.learner.version)
+
+    def sync_weights(self) -> None:
+        """Push the learner's weights (versioned) and the central filter to every runner
+        that samples (and to the evaluation runners at evaluation time)."""
+        version, weights = self.learner.get_weights()
+        filter_state = self.filter.get_state()
+        if self.local_runner is not None:
+            self.local_runner.set_weights(version, weights, filter_state)
+        if self.env_runner_group is not None:
+            self.env_runner_group.sync_weights(version, weights, filter_state)
+
+    def evaluate(self) -> dict[str, Any]:
+        """Run `evaluation_duration` episodes/timesteps with the current weights."""
+        ev = self.config.evaluation_cfg
+        version, weights = self.learner.get_weights()
+        filter_state = self.filter.get_state()
+        results: list[dict[str, Any]] = []
+        t0 = time.monotonic()
+        healthy = 0
+        if self.eval_runner_group is not None:
+            group = self.eval_runner_group
+            group.poll_recoveries()
+            group.sync_weights(version, weights, filter_state)
+            results = group.evaluate(ev.evaluation_duration, ev.evaluation_duration_unit)
+            healthy = group.num_healthy
+        else:
+            runner = self.eval_local_runner
+            if runner is None:
+                runner = self.eval_local_runner = EnvRunner(
+                    self.config, worker_index=0, evaluation=True, space_spec=self.spec.to_dict(), set_torch_threads=False
+                )
+            runner.set_weights(version, weights, filter_state)
+            kwargs = {"num_episodes": ev.evaluation_duration} if ev.evaluation_duration_unit == "episodes" else {"num_timesteps": ev.evaluation_duration}
+            results = [runner.evaluate(**kwargs)]
+        returns = np.concatenate([np.asarray(r["returns"], np.float64) for r in results]) if results else np.zeros(0)
+        lengths = np.concatenate([np.asarray(r["lengths"], np.int64) for r in results]) if results else np.zeros(0)
+        out = {
+            "episode_return_mean": float(returns.mean()) if returns.size else None,
+            "episode_return_min": float(returns.min()) if returns.size else None,
+            "episode_return_max": float(returns.max()) if returns.size else None,
+            "episode_len_mean": float(lengths.mean()) if lengths.size else None,
+            "num_episodes": int(returns.size),
+            "env_steps": int(sum(int(r.get("env_steps", 0)) for r in results)),
+            "weights_version": version,
+            "time_s": time.monotonic() - t0,
+        }
+        if self.eval_runner_group is not None:
+            out["num_healthy_eval_runners"] = healthy
+            out.update({f"eval_{k}": v for k, v in self.eval_runner_group.stats().items() if k != "num_healthy_eval_runners"})
+        self._last_eval = out
+        return out
+
+    # ------------------------------------------------------------------ weights & actions
+
+    def get_weights(self) -> tuple[int, np.ndarray]:
+        return self.learner.get_weights()
+
+    def set_weights(self, version: int, weights: np.ndarray) -> None:
+        self.learner.set_weights(version, weights)
+        self.sync_weights()
+
+    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
+        """The policy's action for one raw observation (filtered like in training)."""
+        from ftrl.rl.models import env_action
+        from ftrl.rl.spaces import ObsEncoder
+
+        x = ObsEncoder(self.spec).encode(obs)[None, :]
+        x = self.filter(x, update=False)
+        with torch.inference_mode():
+            actions, _, _ = self.learner.model.act(torch.from_numpy(np.ascontiguousarray(x, np.float32)), explore)
+        return env_action(self.spec, actions.numpy())[0]
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything a checkpoint holds (msgpack + numpy only)."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "algo": self.config.algo_name,
+            "iteration": self.iteration,
+            "env_steps_sampled": self.env_steps_sampled,
+            "env_steps_trained": self.env_steps_trained,
+            "time_s": self.time_s,
+            "config": self.config.to_dict(),
+            "space_spec": self.spec.to_dict(),
+            "learner": self.learner.get_state(),
+            "filter": self.filter.get_state(),
+            "episodes": self.episodes.get_state(),
+            "rng": {
+                "python": _python_rng_to_wire(random.getstate()),
+                "numpy": _np_global_state_to_wire(),
+                "torch": torch.get_rng_state().numpy().copy(),
+            },
+            "saved_at": time.time(),
+        }
+
+    def save_checkpoint(self) -> Path:
+        """Write a checkpoint for the current iteration under output_dir/checkpoints."""
+        if self.checkpoints is None:
+            raise ConfigError("no output_dir: nowhere to write checkpoints")
+        path = self.checkpoints.save(self.iteration, self.get_state())
+        self._last_checkpoint_iter = self.iteration
+        log.info("checkpoint %s", path)
+        return path
+
+    def check_compatible(self, state: dict[str, Any]) -> None:
+        """Raise ConfigError if this config cannot continue from `state`."""
+        old = state.get("config") or {}
+        new = self.config.to_dict()
+        for key in _FIXED_ON_RESUME:
+            if str(old.get(key)) != str(new.get(key)):
+                raise ConfigError(
+                    f"cannot resume: the checkpoint was made with {key}={old.get(key)!r}, this "
+                    f"run has {key}={new.get(key)!r}; use another --output directory"
+                )
+        old_model = config_from_dict(old).model_config if old else None
+        if old_model is not None and old_model != self.config.model_config:
+            raise ConfigError(
+                f"cannot resume: the checkpoint's model {old_model} differs from this run's "
+                f"{self.config.model_config}"
+            )
+        old_spec = SpaceSpec.from_dict(state["space_spec"])
+        if old_spec != self.spec:
+            raise ConfigError(f"cannot resume: the checkpoint's spaces {old_spec} differ from the env's {self.spec}")
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore from `get_state()` output (after `check_compatible`)."""
+        self.check_compatible(state)
+        self.learner.set_state(state["learner"])
+        self.filter.set_state(state["filter"])
+        self.episodes.set_state(state["episodes"])
+        self.iteration = int(state["iteration"])
+        self.env_steps_sampled = int(state["env_steps_sampled"])
+        self.env_steps_trained = int(state.get("env_steps_trained", 0))
+        self._time_base = float(state.get("time_s", 0.0))
+        rng = state.get("rng") or {}
+        if "python" in rng:
+            random.setstate(_python_rng_from_wire(rng["python"]))
+        if "numpy" in rng:
+            _np_global_state_from_wire(rng["numpy"])
+        if "torch" in rng:
+            torch.set_rng_state(torch.from_numpy(np.asarray(rng["torch"], np.uint8).copy()))
+        self._last_checkpoint_iter = self.iteration
+
+    def _resume(self) -> None:
+        if self.checkpoints is None:
+            raise ConfigError("resume needs an output directory")
+        found = self.checkpoints.load_latest()
+        if found is None:
+            log.warning("no valid checkpoint under %s: starting fresh", self.checkpoints.directory)
+            if self.metrics_log is not None:
+                self.metrics_log.truncate_after(0)
+            return
+        state, path = found
+        self.set_state(state)
+        self.restored_from = path
+        if self.metrics_log is not None:
+            dropped = self.metrics_log.truncate_after(self.iteration)
+            if dropped:
+                log.info("dropped %d metrics lines past iteration %d", dropped, self.iteration)
+        log.info("resumed from %s (iteration %d, %d env steps)", path, self.iteration, self.env_steps_sampled)
+
+    # ------------------------------------------------------------------ running to a stop
+
+    def run(self, stop: StopCriteria, on_result: Any = None) -> dict[str, Any]:
+        """Train until `stop` is met (or Ctrl-C); checkpoint at the end; write
+        output_dir/result.json. Returns {"stop_reason", "result", "checkpoint", ...}."""
+        result: dict[str, Any] | None = None
+        reason = stop.met(self._progress())
+        error: BaseException | None = None
+        try:
+            while reason is None:
+                result = self.train()
+                if on_result is not None:
+                    on_result(result)
+                reason = stop.met(result)
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        except BaseException as e:
+            reason = "error"
+            error = e
+        summary = self.finish(reason, result, error)
+        if error is not None:
+            raise error
+        return summary
+
+    def _progress(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "env_steps_sampled": self.env_steps_sampled,
+            "episode_return_mean": self.episodes.stats()["episode_return_mean"],
+        }
+
+    def finish(self, reason: str, result: dict[str, Any] | None, error: BaseException | None = None) -> dict[str, Any]:
+        """Final checkpoint (unless the run failed) and result.json."""
+        path = None
+        if (
+            error is None
+            and self.checkpoints is not None
+            and self.config.checkpointing_cfg.checkpoint_at_end
+            and self.iteration > 0
+            and self._last_checkpoint_iter != self.iteration
+        ):
+            path = self.save_checkpoint()
+        elif self.checkpoints is not None and self.checkpoints.list():
+            path = self.checkpoints.list()[-1][1]
+        summary = {
+            "stop_reason": reason,
+            "iteration": self.iteration,
+            "env_steps_sampled": self.env_steps_sampled,
+            "episode_return_mean": self.episodes.stats()["episode_return_mean"],
+            "time_s": self.time_s,
+            "checkpoint": str(path) if path else None,
+            "restored_from": str(self.restored_from) if self.restored_from else None,
+            "result": result,
+            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+        }
+        if self.output_dir is not None:
+            atomic_write_json(self.output_dir / "result.json", json_safe(summary))
+        return summary
+
+    def stop(self) -> None:
+        """Stop runners (killing remote ones) and close sub-envs."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for runner in (self.local_runner, self.eval_local_runner):
+            if runner is not None:
+                runner.stop()
+        for group in (self.env_runner_group, self.eval_runner_group):
+            if group is not None:
+                group.stop(kill=True)
+        if self._own_client and self.client is not None:
+            self.client.close()
+
+    def __enter__(self) -> Algorithm:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- RNG state on the wire
+
+
+def _python_rng_to_wire(state: tuple) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _python_rng_from_wire(state: list) -> tuple:
+    version, internal, gauss = state
+    return (int(version), tuple(int(x) for x in internal), gauss)
+
+
+def _np_global_state_to_wire() -> list:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(cached)]
+
+
+def _np_global_state_from_wire(state: list) -> None:
+    name, keys, pos, has_gauss, cached = state
+    np.random.set_state((str(name), np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(cached)))

@@ -1,0 +1,129 @@
+"""Episode statistics over a window of episodes, and the metrics.jsonl log.
+
+`episode_return_mean` is the mean return of the last `window` (100) finished episodes,
+a window across iterations (RLlib's classic smoothing), None before any episode.
+Cut episodes (sub-env failures) never enter the window.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ftrl.util.files import atomic_write_bytes
+
+
+class EpisodeWindow:
+    """Returns and lengths of the last `window` finished episodes."""
+
+    def __init__(self, window: int = 100):
+        self.window = window
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        self.episodes_total = 0
+
+    def add(self, returns: Iterable[float], lengths: Iterable[int]) -> int:
+        """Add finished episodes; returns how many were added."""
+        n = 0
+        for r, length in zip(returns, lengths, strict=True):
+            self.returns.append(float(r))
+            self.lengths.append(int(length))
+            n += 1
+        self.episodes_total += n
+        return n
+
+    def stats(self) -> dict[str, Any]:
+        if not self.returns:
+            return {
+                "episode_return_mean": None,
+                "episode_return_min": None,
+                "episode_return_max": None,
+                "episode_len_mean": None,
+            }
+        r = np.fromiter(self.returns, np.float64)
+        return {
+            "episode_return_mean": float(r.mean()),
+            "episode_return_min": float(r.min()),
+            "episode_return_max": float(r.max()),
+            "episode_len_mean": float(np.mean(self.lengths)),
+        }
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "returns": np.asarray(self.returns, np.float64),
+            "lengths": np.asarray(self.lengths, np.int64),
+            "episodes_total": self.episodes_total,
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.returns = deque((float(x) for x in state["returns"]), maxlen=self.window)
+        self.lengths = deque((int(x) for x in state["lengths"]), maxlen=self.window)
+        self.episodes_total = int(state.get("episodes_total", len(self.returns)))
+
+
+def json_safe(obj: Any) -> Any:
+    """Make a result JSON-able: NaN/inf become null, numpy scalars/arrays become Python."""
+    if isinstance(obj, Mapping):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return str(obj)
+
+
+class MetricsLog:
+    """Appends one JSON object per iteration to `path` (flushed and fsynced per line)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, result: Mapping[str, Any]) -> None:
+        line = json.dumps(json_safe(result), allow_nan=False, sort_keys=True) + "\n"
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every well-formed line (a torn last line is skipped)."""
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+    def truncate_after(self, iteration: int) -> int:
+        """Keep only lines with iteration <= `iteration` (and drop torn lines); atomically.
+        Returns how many lines were dropped."""
+        if not self.path.exists():
+            return 0
+        raw = self.path.read_text(encoding="utf-8").splitlines()
+        kept = [
+            json.dumps(obj, allow_nan=False, sort_keys=True)
+            for obj in self.read()
+            if isinstance(obj.get("iteration"), int) and obj["iteration"] <= iteration
+        ]
+        text = "".join(line + "\n" for line in kept)
+        atomic_write_bytes(self.path, text.encode("utf-8"))
+        return len(raw) - len(kept)
