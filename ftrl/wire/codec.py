@@ -6,7 +6,7 @@ Only plain numeric, bool and fixed-width string dtypes are accepted, and the raw
 byte count must match dtype and shape exactly.
 
 Decoding is strict and bounded: sizes of strings, binaries, arrays, maps and
-extension payloads are capped, map keys must be str or int, and the whole
+extension payloads are capped, map keys must be str, int or bytes, and the whole
 payload must be consumed.
 """
 
@@ -120,13 +120,23 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise InvalidArgumentError(f"unknown msgpack extension type {code}")
 
 
-def _check_depth(obj: Any, limit: int) -> None:
+_MAP_KEY_TYPES = (str, int, bytes)
+
+
+def _check_tree(obj: Any, limit: int) -> None:
+    """Refuse nesting deeper than `limit` and map keys other than str, int or bytes."""
     stack = [(obj, 0)]
     while stack:
         item, depth = stack.pop()
         if depth > limit:
             raise InvalidArgumentError(f"payload nested deeper than {limit} levels")
         if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, _MAP_KEY_TYPES):
+                    raise InvalidArgumentError(
+                        f"malformed payload: map key of type {type(key).__name__} "
+                        "(keys must be str, int or bytes)"
+                    )
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
@@ -141,7 +151,7 @@ def decode(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
     try:
         unpacker = msgpack.Unpacker(
             raw=False,
-            strict_map_key=True,
+            strict_map_key=False,  # int keys are fine; key types are checked below
             ext_hook=_ext_hook,
             use_list=True,
             max_buffer_size=max(len(data), 1),
@@ -167,7 +177,7 @@ def decode(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
         raise InvalidArgumentError("payload nested too deeply") from e
     except (ValueError, TypeError, msgpack.UnpackException, msgpack.ExtraData) as e:
         raise InvalidArgumentError(f"malformed payload: {e}") from e
-    _check_depth(obj, limits.max_depth)
+    _check_tree(obj, limits.max_depth)
     return obj
 
 
