@@ -55,7 +55,8 @@ SMALL_LIMITS = DecodeLimits(
 def _encode_array(arr: np.ndarray) -> msgpack.ExtType:
     if arr.dtype.kind not in _ALLOWED_KINDS:
         raise InvalidArgumentError(f"cannot send numpy dtype {arr.dtype} (only numeric, bool, str)")
-    arr = np.ascontiguousarray(arr)
+    # tobytes() is C order whatever the layout; np.ascontiguousarray would turn a
+    # 0-d array into shape (1,).
     dtype = arr.dtype.str.encode("ascii")
     header = struct.pack(f"<B{len(dtype)}sB{arr.ndim}Q", len(dtype), dtype, arr.ndim, *arr.shape)
     return msgpack.ExtType(NUMPY_EXT, header + arr.tobytes())
