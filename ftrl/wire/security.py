@@ -199,7 +199,10 @@ def check_bind(host: str, security: Security, what: str) -> None:
 def bind(server: aio.Server, address: str, security: Security) -> int:
     """Add a (TLS if configured) port to `server`; returns the bound port."""
     creds = security.server_credentials()
-    port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    try:
+        port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    except RuntimeError:  # grpcio >= 1.60 raises where older versions returned 0
+        port = 0
     if port == 0:
         raise ConfigError(f"cannot listen on {address}: address in use or not available")
     return port
