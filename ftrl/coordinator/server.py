@@ -26,6 +26,7 @@ from ftrl.wire.errors import FtrlError, InvalidArgumentError, status_of
 from ftrl.wire.grpcopts import server_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, RateLimiter, check_name, peer_host
 from ftrl.wire.security import CALLER_HEADER, Security, bind
+from ftrl.wire.strict import add_servicer
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a broken stream or a bug; the node reconnects
-            if not isinstance(e, grpc.RpcError):
+            if not isinstance(e, (grpc.RpcError, aio.AbortError)):
                 log.exception("node %s stream failed", node_id)
         stream.put(_CLOSE)
 
@@ -265,7 +266,7 @@ class CoordinatorServer:
         opts = [o for o in opts if o[0] != "grpc.max_send_message_length"]
         opts.append(("grpc.max_send_message_length", 64 << 20))
         server = aio.server(options=opts, interceptors=self.security.interceptors())
-        pb_grpc.add_CoordinatorServicer_to_server(self.servicer, server)
+        add_servicer(pb_grpc.add_CoordinatorServicer_to_server, self.servicer, server)
         health_servicer = health.aio.HealthServicer()
         for service in ("", "ftrl.v1.Coordinator"):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)

@@ -156,7 +156,8 @@ class ActorServicer(pb_grpc.ActorServicer):
 def new_actor_server(servicer: ActorServicer, security, max_message: int) -> aio.Server:
     """A grpc.aio server for one actor with auth interceptors and size caps."""
     from ftrl.wire.grpcopts import server_options
+    from ftrl.wire.strict import add_servicer
 
     server = aio.server(options=server_options(max_message), interceptors=security.interceptors())
-    pb_grpc.add_ActorServicer_to_server(servicer, server)
+    add_servicer(pb_grpc.add_ActorServicer_to_server, servicer, server)
     return server
