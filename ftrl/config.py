@@ -295,10 +295,10 @@ class AlgorithmConfig:
     # ---- builder methods (RLlib names)
 
     def environment(
-        self, env: str | None = _NOT_SET, *, env_config: dict | None = _NOT_SET
+        self, env: str | None = _NOT_SET, *, env_config: dict | None = _NOT_SET, **unknown: Any
     ) -> AlgorithmConfig:
         """Set the environment: a gymnasium id or "pkg.mod:make_env" (called with env_config)."""
-        self._set("environment", {"env": env, "env_config": env_config})
+        self._set("environment", {"env": env, "env_config": env_config, **unknown})
         return self
 
     def env_runners(
@@ -314,6 +314,7 @@ class AlgorithmConfig:
         validate_env_runners_after_construction: bool = _NOT_SET,
         num_cpus_per_env_runner: float = _NOT_SET,
         explore: bool = _NOT_SET,
+        **unknown: Any,
     ) -> AlgorithmConfig:
         """Set how many runners sample, with how many sub-envs each, and their timeouts."""
         self._set("env_runners", _locals_without_self(locals()))
@@ -334,6 +335,7 @@ class AlgorithmConfig:
         restart_failed_sub_environments: bool = _NOT_SET,
         max_num_sub_env_restart_attempts: int = _NOT_SET,
         env_runner_restore_timeout_s: float = _NOT_SET,
+        **unknown: Any,
     ) -> AlgorithmConfig:
         """Set the failure policy.
 
@@ -361,6 +363,7 @@ class AlgorithmConfig:
         evaluation_duration_unit: str = _NOT_SET,
         evaluation_sample_timeout_s: float = _NOT_SET,
         evaluation_config: dict = _NOT_SET,
+        **unknown: Any,
     ) -> AlgorithmConfig:
         """Evaluate every `evaluation_interval` iterations (None: never)."""
         self._set("evaluation", _locals_without_self(locals()))
@@ -372,13 +375,14 @@ class AlgorithmConfig:
         checkpoint_interval: int = _NOT_SET,
         keep_checkpoints: int = _NOT_SET,
         checkpoint_at_end: bool = _NOT_SET,
+        **unknown: Any,
     ) -> AlgorithmConfig:
         """Checkpoint every `checkpoint_interval` iterations (0: only at the end)."""
         self._set("checkpointing", _locals_without_self(locals()))
         return self
 
     def debugging(
-        self, *, seed: int | None = _NOT_SET, log_level: str = _NOT_SET
+        self, *, seed: int | None = _NOT_SET, log_level: str = _NOT_SET, **unknown: Any
     ) -> AlgorithmConfig:
         """Seed everything (runners get seed + their index) and set the log level."""
         self._set("debugging", _locals_without_self(locals()))
@@ -390,6 +394,7 @@ class AlgorithmConfig:
         num_learners: int = _NOT_SET,
         n_init_learners: int | None = _NOT_SET,
         num_cpus_per_learner: float = _NOT_SET,
+        **unknown: Any,
     ) -> AlgorithmConfig:
         """Learner placement: 0 learns inside the Algorithm process."""
         self._set("learners", _locals_without_self(locals()))
@@ -400,6 +405,7 @@ class AlgorithmConfig:
         *,
         metrics_num_episodes_for_smoothing: int = _NOT_SET,
         min_sample_timesteps_per_iteration: int = _NOT_SET,
+        **unknown: Any,
     ) -> AlgorithmConfig:
         """Metric smoothing window (episodes) and a minimum of env steps per iteration."""
         self._set("reporting", _locals_without_self(locals()))
@@ -649,6 +655,7 @@ class PPOConfig(AlgorithmConfig):
         normalize_advantages: bool = _NOT_SET,
         adam_epsilon: float = _NOT_SET,
         model: dict = _NOT_SET,
+        **unknown: Any,
     ) -> PPOConfig:
         """PPO hyperparameters. Schedules are RLlib-style [[env_step, value], ...] lists,
         interpolated linearly and held after the last point."""
@@ -707,7 +714,10 @@ def check_schedule(name: str, schedule: list | None) -> None:
 
 
 def _locals_without_self(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if k not in ("self", "__class__")}
+    """A builder method's arguments; unknown keywords stay in so `_set` names them."""
+    out = {k: v for k, v in values.items() if k not in ("self", "__class__", "unknown")}
+    out.update(values.get("unknown") or {})
+    return out
 
 
 def _positive_int(name: str, value: Any) -> None:

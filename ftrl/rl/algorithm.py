@@ -376,7 +376,7 @@ class Algorithm:
             raise ConfigError("no output_dir: nowhere to write checkpoints")
         path = self.checkpoints.save(self.iteration, self.get_state())
         self._last_checkpoint_iter = self.iteration
-        log.info("checkpoint %s", path)
+        log.debug("checkpoint %s", path)
         return path
 
     def check_compatible(self, state: dict[str, Any]) -> None:

@@ -160,6 +160,7 @@ class EnvRunnerGroup:
             for slot in self.slots
             if slot.handle is not None
         }
+        retry: list[RunnerSlot] = []
         for slot in self.slots:
             fut = pings.get(slot.index)
             if fut is None:
@@ -167,10 +168,28 @@ class EnvRunnerGroup:
             try:
                 fut.result()
                 slot.state = "healthy"
+            except (ActorUnavailableError, StaleIncarnationError, FtrlTimeoutError) as e:
+                # died right after starting: with restarts on, give it one chance to come back
+                slot.last_error = _describe(e)
+                slot.state = "recovering"
+                if self.restart:
+                    retry.append(slot)
+                else:
+                    errors.append(f"{slot.name}: {_describe(e)}")
             except FtrlError as e:
                 errors.append(f"{slot.name}: {_describe(e)}")
                 slot.last_error = _describe(e)
                 slot.state = "recovering"
+        for slot in retry:
+            try:
+                incarnation, version, _ = self._recover(slot, soft=False)
+            except FtrlError as e:
+                errors.append(f"{slot.name}: {_describe(e)}")
+                slot.last_error = _describe(e)
+                continue
+            if incarnation != slot.incarnation:
+                self.num_env_runner_restarts += 1
+            slot.incarnation, slot.synced_version, slot.state = incarnation, version, "healthy"
         if errors and validate:
             raise EnvRunnerFailureError(
                 f"{len(errors)} of {self.num_runners} {self.kind}s are not healthy after "

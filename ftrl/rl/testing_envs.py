@@ -7,9 +7,11 @@
     ftrl.rl.testing_envs:make_counter_env  deterministic: obs = step count, reward 1,
                                            episode of `episode_len` steps (terminates)
 
-`make_flaky_env` env_config keys: `fail_every` (steps of this instance, default 50),
-`mode` ("raise" | "exit" | "segfault" | "nan_obs" | "nan_reward"), `fail_in`
-("step" | "reset"), `max_episode_steps` (default 500).
+`make_flaky_env` env_config keys: `fail_every` (default 50), `scope` ("instance": count
+this instance's calls, the default; "process": count the calls of every flaky env in
+the process, so only one sub-env of a runner fails at a time), `mode` ("raise" |
+"exit" | "segfault" | "nan_obs" | "nan_reward"), `fail_in` ("step" | "reset"),
+`max_episode_steps` (default 500).
 """
 
 from __future__ import annotations
@@ -22,12 +24,19 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+_PROCESS_CALLS = [0]
+
 
 class FlakyEnv(gym.Wrapper):
-    """Fails on every `fail_every`-th call of `fail_in` made on this instance."""
+    """Fails on every `fail_every`-th call of `fail_in` (per instance or per process)."""
 
-    def __init__(self, env: gym.Env, fail_every: int = 50, mode: str = "raise", fail_in: str = "step"):
+    def __init__(
+        self, env: gym.Env, fail_every: int = 50, mode: str = "raise", fail_in: str = "step", scope: str = "instance"
+    ):
         super().__init__(env)
+        if scope not in ("instance", "process"):
+            raise ValueError(f"unknown scope {scope!r}")
+        self.scope = scope
         if mode not in ("raise", "exit", "segfault", "nan_obs", "nan_reward"):
             raise ValueError(f"unknown mode {mode!r}")
         if fail_in not in ("step", "reset"):
@@ -39,7 +48,9 @@ class FlakyEnv(gym.Wrapper):
 
     def _fail(self) -> bool:
         self.calls += 1
-        if self.calls % self.fail_every != 0:
+        _PROCESS_CALLS[0] += 1
+        count = self.calls if self.scope == "instance" else _PROCESS_CALLS[0]
+        if count % self.fail_every != 0:
             return False
         if self.mode == "raise":
             raise RuntimeError(f"flaky env failed on call {self.calls}")

@@ -1,0 +1,332 @@
+"""`ftrl train`: build a config from a job TOML and flags, train to a stop, write outputs.
+
+    ftrl train [--config job.toml] [--algo ppo] [--env CartPole-v1] [--num-env-runners N]
+               [--num-envs-per-env-runner E] [--num-learners M] [--stop-reward R]
+               [--stop-timesteps T] [--stop-iters I] [--output DIR] [--resume]
+               [--coordinator HOST:PORT] [--seed S] [--set KEY=VALUE ...]
+
+Precedence: config defaults < the TOML file < `--set` < the named flags. The TOML uses
+tables named after the builder methods (or flat RLlib keys) plus `algo` and a [stop]
+table; see `ftrl.config`. Unknown keys are errors that name the nearest valid key.
+
+Outputs under --output DIR (default ftrl_results/ALGO_ENV): metrics.jsonl (one line per
+iteration), checkpoints/, result.json. A fresh run refuses a DIR that already holds
+checkpoints; --resume continues from its newest valid checkpoint.
+
+Remote env runners need a cluster: `--coordinator` connects to a running one, else
+`cluster_factory(args, config)` makes one (default: the embedded local cluster, real
+coordinator and worker processes, torn down at the end). With num_env_runners=0 (and no
+evaluation runners) nothing is started: sampling happens in this process.
+Ctrl-C (or SIGTERM) stops after writing a final checkpoint and result.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ftrl.config import AlgorithmConfig, JobSpec, load_job
+from ftrl.wire.errors import ConfigError, FtrlError
+
+log = logging.getLogger(__name__)
+
+ClusterFactory = Callable[[argparse.Namespace, AlgorithmConfig], Any]
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `ftrl train` flags to `parser`."""
+    parser.add_argument("--config", metavar="JOB.toml", help="job file (config tables + [stop])")
+    parser.add_argument("--algo", help="algorithm (default: the job file's `algo`, else ppo)")
+    parser.add_argument("--env", help="gymnasium id or import path pkg.mod:make_env")
+    parser.add_argument("--num-env-runners", type=_non_negative_int, metavar="N")
+    parser.add_argument("--num-envs-per-env-runner", type=_positive_int, metavar="E")
+    parser.add_argument("--num-learners", type=_non_negative_int, metavar="M")
+    parser.add_argument("--stop-reward", type=float, metavar="R", help="stop when episode_return_mean >= R")
+    parser.add_argument("--stop-timesteps", type=_positive_int, metavar="T", help="stop after T env steps")
+    parser.add_argument("--stop-iters", type=_positive_int, metavar="I", help="stop after I iterations")
+    parser.add_argument("--output", metavar="DIR", help="output directory (default ftrl_results/ALGO_ENV)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in DIR")
+    parser.add_argument("--seed", type=int, metavar="S")
+    parser.add_argument("--job-name", help="prefix of actor names (default: from the output dir)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config key (value in TOML syntax), e.g. --set lr=1e-3",
+    )
+    if not any(a.dest == "coordinator" for a in parser._actions):
+        parser.add_argument("--coordinator", metavar="HOST:PORT", help="use a running cluster")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def build_job(args: argparse.Namespace) -> JobSpec:
+    """The job (config + stop criteria) from --config, --set and the flags."""
+    job = load_job(getattr(args, "config", None), algo=getattr(args, "algo", None))
+    config = job.config
+    if getattr(args, "overrides", None):
+        config.update_from_dict(parse_overrides(args.overrides))
+    flags = {
+        "env": getattr(args, "env", None),
+        "num_env_runners": getattr(args, "num_env_runners", None),
+        "num_envs_per_env_runner": getattr(args, "num_envs_per_env_runner", None),
+        "num_learners": getattr(args, "num_learners", None),
+        "seed": getattr(args, "seed", None),
+    }
+    config.update_from_dict({k: v for k, v in flags.items() if v is not None})
+    stop = job.stop
+    for key in ("stop_reward", "stop_timesteps", "stop_iters"):
+        value = getattr(args, key, None)
+        if value is not None:
+            setattr(stop, key, value)
+    config.validate()
+    return JobSpec(config=config, stop=stop)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE strings to a dict; VALUE is parsed as TOML (bare words stay strings)."""
+    import tomllib
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+def needs_cluster(config: AlgorithmConfig) -> bool:
+    ev = config.evaluation_cfg
+    return config.env_runners_cfg.num_env_runners > 0 or (
+        ev.evaluation_interval is not None and ev.evaluation_num_env_runners > 0
+    )
+
+
+def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -> Any:
+    """The embedded local cluster sized for the job's runners."""
+    from ftrl.client.cluster import LocalCluster
+
+    run = config.env_runners_cfg
+    ev = config.evaluation_cfg
+    cpus = run.num_env_runners * run.num_cpus_per_env_runner
+    if ev.evaluation_interval is not None:
+        cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
+    slots = max(int(cpus + 0.999), os.cpu_count() or 1)
+    return LocalCluster(workers=1, slots=slots, preload="ftrl.rl.env_runner")
+
+
+@contextlib.contextmanager
+def _client_for(args: argparse.Namespace, config: AlgorithmConfig, cluster_factory: ClusterFactory | None) -> Iterator[Any]:
+    if not needs_cluster(config):
+        yield None
+        return
+    coordinator = getattr(args, "coordinator", None)
+    if coordinator:
+        from ftrl.client.client import Client
+        from ftrl.wire.security import Security
+
+        security = Security.from_options(
+            token_file=getattr(args, "token_file", None),
+            tls_cert=getattr(args, "tls_cert", None),
+            tls_key=getattr(args, "tls_key", None),
+            tls_ca=getattr(args, "tls_ca", None),
+            tls_server_name=getattr(args, "tls_server_name", None),
+        )
+        client = Client(coordinator, security=security)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    factory = cluster_factory or default_cluster_factory
+    with factory(args, config) as cluster:
+        yield cluster.client()
+
+
+def _job_name(args: argparse.Namespace, output: Path) -> str:
+    name = getattr(args, "job_name", None) or output.name or "job"
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", name)[:80]
+
+
+def _default_output(config: AlgorithmConfig) -> Path:
+    env = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(config.environment_cfg.env))
+    return Path("ftrl_results") / f"{config.algo_name.lower()}_{env}"
+
+
+class Progress:
+    """One status line per iteration: rewritten in place on a terminal, else printed at
+    most every `interval_s` seconds."""
+
+    def __init__(self, stream: Any = None, interval_s: float = 5.0, enabled: bool = True):
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval_s = interval_s
+        self.enabled = enabled
+        self._last = 0.0
+        self._open_line = False
+
+    @staticmethod
+    def format(result: dict[str, Any]) -> str:
+        ret = result.get("episode_return_mean")
+        ret_text = "-" if ret is None else f"{ret:.1f}"
+        runners = result.get("num_env_runners", 0)
+        healthy = f"{result.get('num_healthy_env_runners', 0)}/{runners}" if runners else "local"
+        text = (
+            f"iter {result.get('iteration', 0):>5} | steps {result.get('env_steps_sampled', 0):>10,} | "
+            f"return {ret_text:>7} | runners {healthy} | restarts {result.get('num_env_runner_restarts', 0)}"
+            f" (sub-env {result.get('num_sub_env_restarts', 0)}) | {result.get('time_s', 0.0):.1f}s"
+        )
+        ev = result.get("evaluation")
+        if isinstance(ev, dict) and ev.get("episode_return_mean") is not None:
+            text += f" | eval {ev['episode_return_mean']:.1f}"
+        return text
+
+    def __call__(self, result: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        line = self.format(result)
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line)
+            self.stream.flush()
+            self._open_line = True
+            return
+        now = time.monotonic()
+        if now - self._last >= self.interval_s:
+            self._last = now
+            print(line, file=self.stream, flush=True)
+
+    def close(self, final: dict[str, Any] | None = None) -> None:
+        if self._open_line:
+            self.stream.write("\n")
+            self._open_line = False
+        elif final is not None and self.enabled:
+            print(self.format(final), file=self.stream, flush=True)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C so the run ends with a checkpoint and result.json."""
+    if threading_is_main():
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def handler(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    else:
+        yield
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None = None) -> int:
+    """Run `ftrl train`. Returns the exit code: 0 when a stop criterion (or none) ended
+    the run, 130 after Ctrl-C, 2 for a bad config, 1 for a failed run.
+
+    `cluster_factory(args, config)` must return a context manager whose value has
+    `.client()`; it is used only when remote runners are needed and no --coordinator
+    was given.
+    """
+    try:
+        job = build_job(args)
+    except ConfigError as e:
+        print(f"ftrl train: config error: {e}", file=sys.stderr)
+        return 2
+    config, stop = job.config, job.stop
+    output = Path(args.output) if getattr(args, "output", None) else _default_output(config)
+    if not getattr(args, "resume", False) and (output / "checkpoints").is_dir() and any((output / "checkpoints").iterdir()):
+        print(
+            f"ftrl train: {output} already holds checkpoints; pass --resume to continue it "
+            "or choose another --output",
+            file=sys.stderr,
+        )
+        return 2
+    if stop.stop_reward is None and stop.stop_timesteps is None and stop.stop_iters is None:
+        print("ftrl train: no stop criterion given; training until Ctrl-C", file=sys.stderr)
+    progress = Progress(enabled=not getattr(args, "quiet", False))
+    algo = None
+    summary: dict[str, Any] | None = None
+    try:
+        with _sigterm_as_interrupt(), _client_for(args, config, cluster_factory) as client:
+            algo = config.build(
+                client=client,
+                output_dir=output,
+                resume=getattr(args, "resume", False),
+                job_name=_job_name(args, output),
+            )
+            if algo.restored_from is not None:
+                print(f"ftrl train: resumed from {algo.restored_from} (iteration {algo.iteration})", file=sys.stderr)
+            try:
+                summary = algo.run(stop, on_result=progress)
+            finally:
+                progress.close(summary.get("result") if summary else None)
+                algo.stop()
+    except KeyboardInterrupt:
+        print("ftrl train: interrupted", file=sys.stderr)
+        return 130
+    except ConfigError as e:
+        print(f"ftrl train: config error: {e}", file=sys.stderr)
+        return 2
+    except FtrlError as e:
+        print(f"ftrl train: failed: {e}", file=sys.stderr)
+        return 1
+    assert summary is not None
+    reason = summary["stop_reason"]
+    ret = summary.get("episode_return_mean")
+    print(
+        f"ftrl train: stopped ({reason}) at iteration {summary['iteration']}, "
+        f"{summary['env_steps_sampled']:,} env steps, return "
+        f"{'-' if ret is None else f'{ret:.1f}'}; outputs in {output}",
+        file=sys.stderr,
+    )
+    return 130 if reason == "interrupted" else 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (`python -m ftrl.rl.train_cli`); `ftrl train` is the usual one."""
+    parser = argparse.ArgumentParser(prog="ftrl train")
+    add_train_arguments(parser)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_train(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Checkpoint files (atomic, checksummed, pruned) and the metrics log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from ftrl.rl.checkpoint import (
+    CheckpointManager,
+    CorruptCheckpointError,
+    decode_checkpoint,
+    encode_checkpoint,
+)
+from ftrl.rl.metrics import EpisodeWindow, MetricsLog, json_safe
+
+
+def _state(i: int) -> dict:
+    return {"iteration": i, "w": np.arange(10, dtype=np.float32) * i, "nested": {"x": [1, 2, None]}}
+
+
+def test_encode_decode_and_corruption_detection():
+    blob = encode_checkpoint(_state(3))
+    state = decode_checkpoint(blob)
+    assert state["iteration"] == 3
+    np.testing.assert_array_equal(state["w"], np.arange(10, dtype=np.float32) * 3)
+    flipped = bytearray(blob)
+    flipped[-5] ^= 0xFF
+    with pytest.raises(CorruptCheckpointError, match="checksum"):
+        decode_checkpoint(bytes(flipped))
+    with pytest.raises(CorruptCheckpointError, match="torn"):
+        decode_checkpoint(blob[:-7])
+    with pytest.raises(CorruptCheckpointError, match="magic"):
+        decode_checkpoint(b"X" * 60)
+    with pytest.raises(CorruptCheckpointError):
+        decode_checkpoint(b"")
+
+
+def test_manager_keeps_last_k_and_skips_corrupt_newest(tmp_path, caplog):
+    mgr = CheckpointManager(tmp_path / "checkpoints", keep=2)
+    for i in (1, 2, 3):
+        mgr.save(i, _state(i))
+    assert [i for i, _ in mgr.list()] == [2, 3]
+    assert not list((tmp_path / "checkpoints").glob(".*tmp*"))
+    state, path = mgr.load_latest()
+    assert state["iteration"] == 3
+    # tear the newest (as a crash mid-write without atomic rename would)
+    path.write_bytes(path.read_bytes()[:20])
+    with caplog.at_level(logging.WARNING):
+        state, path = mgr.load_latest()
+    assert state["iteration"] == 2 and path.name == "checkpoint_00000002.ftrl"
+    assert "skipping corrupt checkpoint" in caplog.text
+    path.write_bytes(b"garbage")
+    assert mgr.load_latest() is None
+
+
+def test_episode_window_is_a_window_across_calls():
+    w = EpisodeWindow(window=3)
+    assert w.stats()["episode_return_mean"] is None
+    w.add([1.0, 2.0], [1, 2])
+    w.add([3.0, 4.0], [3, 4])
+    assert w.stats()["episode_return_mean"] == pytest.approx(3.0)
+    assert w.episodes_total == 4
+    w2 = EpisodeWindow(window=3)
+    w2.set_state(w.get_state())
+    assert w2.stats() == w.stats() and w2.episodes_total == 4
+
+
+def test_metrics_log_appends_and_truncates(tmp_path):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    for i in range(1, 6):
+        log.append({"iteration": i, "episode_return_mean": math.nan if i == 1 else float(i), "a": np.float32(1.5)})
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["episode_return_mean"] is None  # NaN -> null
+    assert json.loads(lines[0])["a"] == 1.5
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"iteration": 6, "torn')  # a torn last line
+    assert log.truncate_after(3) == 3
+    assert [r["iteration"] for r in log.read()] == [1, 2, 3]
+
+
+def test_json_safe():
+    assert json_safe({"a": [math.inf, np.int64(3)], "b": np.array([1.0, math.nan])}) == {"a": [None, 3], "b": [1.0, None]}

@@ -1,0 +1,185 @@
+"""EnvRunner: fragment layout, reset semantics, episodes across fragments, sub-env
+failures with and without restarts, evaluation and weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ftrl.config import PPOConfig
+from ftrl.rl.env_runner import EnvRunner
+from ftrl.rl.sample_batch import TIME_MAJOR_KEYS, check_fragment
+from ftrl.rl.sub_env import SubEnvError
+from ftrl.wire import codec
+from ftrl.wire.errors import ConfigError
+
+COUNTER = "ftrl.rl.testing_envs:make_counter_env"
+FLAKY = "ftrl.rl.testing_envs:make_flaky_env"
+
+
+def _runner(env=COUNTER, env_config=None, envs=2, frag=3, restart=False, **runner_kw) -> EnvRunner:
+    cfg = (
+        PPOConfig()
+        .environment(env, env_config=env_config or {})
+        .env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=frag, **runner_kw)
+        .fault_tolerance(restart_failed_sub_environments=restart)
+        .debugging(seed=0)
+    )
+    return EnvRunner(cfg.to_dict(), set_torch_threads=False)
+
+
+def test_fragment_layout_is_time_major_and_msgpack_able():
+    runner = _runner(env="CartPole-v1", envs=4, frag=5)
+    out = runner.sample()
+    batch = out["batch"]
+    check_fragment(batch)
+    assert batch["obs"].shape == (5, 4, 4)
+    assert batch["actions"].dtype == np.int64
+    for key in TIME_MAJOR_KEYS:
+        assert batch[key].shape[:2] == (5, 4), key
+    assert out["env_steps"] == 20
+    assert out["weights_version"] == -1
+    again = codec.decode(codec.encode(out))
+    np.testing.assert_array_equal(again["batch"]["obs"], batch["obs"])
+
+
+def test_same_step_reset_and_episodes_span_fragments():
+    runner = _runner(env_config={"episode_len": 5}, envs=2, frag=3)
+    obs, term, trunc, returns, lengths, ep_ids = [], [], [], [], [], []
+    for _ in range(4):  # 12 steps per env
+        out = runner.sample()
+        b = out["batch"]
+        obs.append(b["obs"][:, 0, 0])
+        term.append(b["terminateds"][:, 0])
+        trunc.append(b["truncateds"][:, 0])
+        ep_ids.append(b["episode_ids"][:, 0])
+        returns.extend(out["episodes"]["returns"])
+        lengths.extend(out["episodes"]["lengths"])
+    obs = np.concatenate(obs)
+    term = np.concatenate(term)
+    ep_ids = np.concatenate(ep_ids)
+    # the row after a terminal step holds the reset observation (same-step reset)
+    np.testing.assert_array_equal(obs, [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1])
+    np.testing.assert_array_equal(np.flatnonzero(term), [4, 9])
+    assert not np.concatenate(trunc).any()
+    # an episode keeps its id across fragment boundaries and gets a new one after reset
+    assert len(set(ep_ids[0:5])) == 1 and ep_ids[5] != ep_ids[4]
+    assert returns == [5.0] * 4 and lengths == [5] * 4  # 2 envs x 2 episodes
+
+
+def test_time_limit_truncation_bootstraps_from_final_observation():
+    runner = _runner(env_config={"episode_len": 3, "truncate": True}, envs=1, frag=4)
+    out = runner.sample()
+    b = out["batch"]
+    np.testing.assert_array_equal(b["truncateds"][:, 0], [False, False, True, False])
+    assert not b["terminateds"].any()
+    with torch.no_grad():
+        expected = runner.model.value(torch.tensor([[3.0]])).item()
+    assert b["trunc_values"][2, 0] == pytest.approx(expected, rel=1e-5)
+    assert b["trunc_values"][0, 0] == 0.0
+    with torch.no_grad():
+        assert b["last_values"][0] == pytest.approx(runner.model.value(torch.tensor([[1.0]])).item(), rel=1e-5)
+    assert list(out["episodes"]["returns"]) == [3.0]
+
+
+def test_failing_sub_env_is_restarted_alone_and_its_episode_is_cut():
+    runner = _runner(
+        env=FLAKY, env_config={"fail_every": 37, "scope": "process"}, envs=3, frag=20, restart=True
+    )
+    invalid = 0
+    finished = 0
+    reported = 0
+    checked = 0
+    for _ in range(5):
+        out = runner.sample()
+        b = out["batch"]
+        invalid += int((~b["valid"]).sum())
+        done = b["terminateds"] | b["truncateds"]
+        ids = b["episode_ids"]
+        for t, i in zip(*np.nonzero(~b["valid"]), strict=True):
+            if t + 1 < ids.shape[0]:
+                assert ids[t + 1, i] != ids[t, i]  # the failed one starts a new episode
+                for j in range(ids.shape[1]):
+                    if j != i and not done[t, j]:  # the others go on undisturbed
+                        assert ids[t + 1, j] == ids[t, j]
+                        checked += 1
+        # a failed step is marked truncated (episode cut) and invalid
+        assert b["truncateds"][~b["valid"]].all()
+        finished += int(((b["terminateds"] | b["truncateds"]) & b["valid"]).sum())
+        reported += len(out["episodes"]["returns"])
+        assert out["num_sub_env_restarts"] == runner.num_sub_env_restarts
+    # 300 steps, one failure every 37 calls across the process
+    assert runner.num_sub_env_restarts == invalid >= 7
+    # cut episodes are never reported as finished
+    assert reported == finished
+    assert checked > 0
+    assert runner.get_metrics()["num_sub_env_restarts"] == invalid
+
+
+def test_without_restarts_the_error_propagates_then_the_runner_starts_fresh():
+    runner = _runner(env=FLAKY, env_config={"fail_every": 10}, envs=2, frag=8, restart=False)
+    runner.sample()
+    with pytest.raises(SubEnvError, match="flaky env failed"):
+        runner.sample()
+    out = runner.sample()  # rebuilt the failed sub-envs, fresh episodes
+    assert out["batch"]["valid"].all()
+    assert runner.num_sub_env_restarts == 0
+
+
+@pytest.mark.parametrize("mode", ["nan_obs", "nan_reward"])
+def test_nan_is_a_clear_error_or_a_sub_env_failure(mode):
+    runner = _runner(env=FLAKY, env_config={"fail_every": 4, "mode": mode}, envs=1, frag=6)
+    with pytest.raises(SubEnvError, match="NaN"):
+        runner.sample()
+    runner = _runner(env=FLAKY, env_config={"fail_every": 4, "mode": mode}, envs=1, frag=6, restart=True)
+    out = runner.sample()
+    assert runner.num_sub_env_restarts >= 1
+    assert np.isfinite(out["batch"]["obs"]).all() and np.isfinite(out["batch"]["rewards"]).all()
+
+
+def test_failing_reset_is_restarted():
+    runner = _runner(env=FLAKY, env_config={"fail_every": 2, "fail_in": "reset", "max_episode_steps": 5}, envs=1, frag=12, restart=True)
+    out = runner.sample()
+    assert runner.num_sub_env_restarts >= 1
+    assert out["batch"]["valid"].all()  # a reset failure does not void a step
+    assert len(out["episodes"]["returns"]) >= 2
+
+
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ("NoSuchEnv-v0", "cannot make environment"),
+        ("ftrl.rl.testing_envs:make_broken_env", "on purpose"),
+        ("ftrl.rl.testing_envs:make_dict_env", "observation space Dict"),
+    ],
+)
+def test_bad_envs_raise_config_errors(env, match):
+    with pytest.raises(ConfigError, match=match):
+        _runner(env=env)
+
+
+def test_weights_filter_state_and_evaluation():
+    runner = _runner(env="CartPole-v1", envs=2, frag=4, observation_filter="MeanStdFilter")
+    other = _runner(env="CartPole-v1", envs=2, frag=4)
+    _, flat = other.get_weights()
+    assert runner.set_weights(7, flat)["weights_version"] == 7
+    out = runner.sample()
+    assert out["weights_version"] == 7
+    assert out["filter_delta"]["stats"]["n"] == 8
+    state = runner.get_filter_state()
+    assert state["kind"] == "MeanStdFilter" and state["stats"]["n"] == 8
+    ev = runner.evaluate(num_episodes=3)
+    assert len(ev["returns"]) == 3 and ev["env_steps"] > 0
+    assert runner.get_filter_state()["stats"]["n"] == 8  # evaluation does not update the filter
+    ev = runner.evaluate(num_timesteps=10)
+    assert ev["env_steps"] == 10
+    assert runner.ping()["weights_version"] == 7
+    runner.stop()
+
+
+def test_space_spec_mismatch_is_refused():
+    spec = _runner(env="CartPole-v1").spec.to_dict()
+    cfg = PPOConfig().environment("Pendulum-v1")
+    with pytest.raises(ConfigError, match="driver expects"):
+        EnvRunner(cfg.to_dict(), space_spec=spec, set_torch_threads=False)
