@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import re
 import signal
@@ -178,7 +179,7 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval_s = interval_s
         self.enabled = enabled
-        self._last = 0.0
+        self._last = -math.inf
         self._open_line = False
 
     @staticmethod

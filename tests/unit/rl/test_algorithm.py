@@ -1,0 +1,176 @@
+"""Algorithm driver: train(), metrics.jsonl, checkpoints, resume, evaluation, custom
+training_iteration, remote runners through injected handles, stop and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ftrl.config import PPOConfig, StopCriteria
+from ftrl.rl.algorithms.ppo import PPO
+from ftrl.rl.local_handle import LocalClient
+from ftrl.wire.errors import ConfigError
+
+
+def _config(n: int = 0, **env_runners) -> PPOConfig:
+    env_runners = {"num_envs_per_env_runner": 4, "rollout_fragment_length": 16, **env_runners}
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=n, **env_runners)
+        .training(train_batch_size=64, minibatch_size=32, num_epochs=2)
+        .checkpointing(checkpoint_interval=2, keep_checkpoints=5)
+        .debugging(seed=0)
+    )
+
+
+REQUIRED = (
+    "iteration",
+    "env_steps_sampled",
+    "episode_return_mean",
+    "num_healthy_env_runners",
+    "num_env_runner_restarts",
+    "time_s",
+)
+
+
+def test_train_writes_metrics_and_checkpoints(tmp_path):
+    algo = _config().build(output_dir=tmp_path)
+    results = [algo.train() for _ in range(3)]
+    assert [r["iteration"] for r in results] == [1, 2, 3]
+    assert results[-1]["env_steps_sampled"] == 3 * 64
+    assert results[-1]["learner"]["weights_version"] == 3
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in lines] == [1, 2, 3]
+    for key in REQUIRED:
+        assert key in lines[-1], key
+    assert [p.name for p in sorted((tmp_path / "checkpoints").iterdir())] == ["checkpoint_00000002.ftrl"]
+    assert algo.compute_single_action(np.zeros(4, np.float32)) in (0, 1)
+    algo.stop()
+
+
+def test_resume_restores_everything_and_drops_metrics_past_the_checkpoint(tmp_path):
+    cfg = _config(observation_filter="MeanStdFilter")
+    algo = cfg.build(output_dir=tmp_path)
+    for _ in range(5):  # checkpoints at 2 and 4; iteration 5 is lost in a "crash"
+        algo.train()
+    algo.stop()
+    from ftrl.rl.checkpoint import CheckpointManager
+
+    state4, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    assert state4["iteration"] == 4
+    resumed = cfg.build(output_dir=tmp_path, resume=True)
+    assert resumed.iteration == 4
+    assert resumed.env_steps_sampled == 4 * 64
+    assert resumed.filter.stats.n == state4["filter"]["stats"]["n"] > 0
+    for key, value in state4["learner"]["model"].items():
+        np.testing.assert_array_equal(resumed.learner.model.state_dict()[key].numpy(), value)
+    assert resumed.learner.version == 4
+    assert resumed.episodes.episodes_total == state4["episodes"]["episodes_total"]
+    lines = [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines == [1, 2, 3, 4]
+    result = resumed.train()
+    assert result["iteration"] == 5 and result["env_steps_sampled"] == 5 * 64
+    assert result["time_s"] >= state4["time_s"]
+    resumed.stop()
+
+
+def test_resume_skips_a_corrupt_newest_checkpoint(tmp_path, caplog):
+    cfg = _config()
+    algo = cfg.build(output_dir=tmp_path)
+    for _ in range(4):
+        algo.train()
+    algo.stop()
+    newest = tmp_path / "checkpoints" / "checkpoint_00000004.ftrl"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0x55
+    newest.write_bytes(bytes(data))
+    resumed = cfg.build(output_dir=tmp_path, resume=True)
+    assert resumed.iteration == 2
+    assert "skipping corrupt checkpoint" in caplog.text
+    resumed.stop()
+
+
+def test_resume_refuses_what_it_cannot_restore(tmp_path):
+    algo = _config().build(output_dir=tmp_path)
+    algo.train()
+    algo.train()
+    algo.stop()
+    with pytest.raises(ConfigError, match="env="):
+        _config().environment("Acrobot-v1").build(output_dir=tmp_path, resume=True)
+    with pytest.raises(ConfigError, match="model"):
+        _config().training(model={"fcnet_hiddens": [32]}).build(output_dir=tmp_path, resume=True)
+    # a learning-rate change is fine
+    _config().training(lr=1e-4).build(output_dir=tmp_path, resume=True).stop()
+
+
+def test_custom_training_iteration_uses_the_helpers():
+    class SampleOnly(PPO):
+        def training_iteration(self):
+            fragments = self.synchronous_parallel_sample(max_env_steps=128)
+            self.sync_weights()
+            return {"fragments": len(fragments), "steps": sum(f["rewards"].size for f in fragments)}
+
+    algo = SampleOnly(_config())
+    result = algo.train()
+    assert result["fragments"] == 2 and result["steps"] == 128
+    assert result["env_steps_sampled"] == 128
+    assert algo.learner.version == 0  # nothing learned
+    algo.stop()
+
+
+def test_evaluation_on_a_local_runner():
+    algo = _config().evaluation(evaluation_interval=2, evaluation_duration=3).build()
+    assert "evaluation" not in algo.train()
+    ev = algo.train()["evaluation"]
+    assert ev["num_episodes"] == 3 and ev["episode_return_mean"] > 0
+    algo.stop()
+
+
+def test_remote_runners_survive_crashes_through_handles(tmp_path):
+    cfg = _config(n=2, rollout_fragment_length=8).evaluation(
+        evaluation_interval=3, evaluation_num_env_runners=1, evaluation_duration=2
+    )
+    with LocalClient() as client:
+        algo = cfg.build(client=client, output_dir=tmp_path, job_name="job")
+        names = {a["name"] for a in client.actors()}
+        assert names == {"job/env_runner/0", "job/env_runner/1", "job/eval_runner/0"}
+        results = []
+        for i in range(8):
+            if i in (1, 3, 5):
+                client.crash_actor(f"job/env_runner/{i % 2}")
+            results.append(algo.train())
+        result = results[-1]
+        assert result["iteration"] == 8
+        assert result["num_env_runner_restarts"] >= 2
+        assert result["num_env_runner_failures"] >= 3
+        assert results[5]["evaluation"]["num_episodes"] == 2
+        assert "evaluation" not in results[6]
+        assert result["env_steps_sampled"] >= 8 * 32
+        algo.stop()
+        assert {a["state"] for a in client.actors()} == {"DEAD"}
+
+
+def test_run_stops_on_criteria_and_on_ctrl_c(tmp_path):
+    algo = _config().build(output_dir=tmp_path)
+    summary = algo.run(StopCriteria(stop_iters=3))
+    assert summary["stop_reason"] == "stop_iters" and summary["iteration"] == 3
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["iteration"] == 3 and saved["checkpoint"].endswith("checkpoint_00000003.ftrl")
+
+    calls = {"n": 0}
+    original = algo.training_iteration
+
+    def interrupted():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original()
+
+    algo.training_iteration = interrupted
+    summary = algo.run(StopCriteria(stop_iters=10))
+    assert summary["stop_reason"] == "interrupted" and summary["iteration"] == 4
+    assert (tmp_path / "checkpoints" / "checkpoint_00000004.ftrl").exists()
+    algo.stop()
