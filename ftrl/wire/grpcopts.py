@@ -29,4 +29,9 @@ def server_options(max_message: int) -> list[tuple[str, object]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.http2.max_ping_strikes", 0),
+        # grpc core cancels calls once 1000 are waiting for the application (3000
+        # hard); a coordinator with thousands of nodes (re)registering at once
+        # needs more room. Still bounded.
+        ("grpc.server.max_pending_requests", 20_000),
+        ("grpc.server.max_pending_requests_hard_limit", 50_000),
     ]

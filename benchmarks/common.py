@@ -1,0 +1,63 @@
+"""Shared bits of the benchmark scripts: machine facts and JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import grpc
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def summary(values: list[float], digits: int = 4) -> dict[str, float]:
+    """median / p90 / min / max / mean of `values`."""
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return {
+        "n": len(values),
+        "median": round(statistics.median(ordered), digits),
+        "p90": round(p90, digits),
+        "min": round(ordered[0], digits),
+        "max": round(ordered[-1], digits),
+        "mean": round(statistics.fmean(ordered), digits),
+    }
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Print the one JSON object a benchmark script promises."""
+    result.setdefault("machine", machine())
+    print(json.dumps(result, indent=2))
+
+
+def env_with_repo() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
