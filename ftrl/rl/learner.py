@@ -84,7 +84,8 @@ class PPOLearner:
             torch.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
         self.model = ActorCritic(self.spec, self.config.model_config)
-        self.optimizer = _adam(self.model.parameters(), lr=self.hp.lr, eps=self.hp.adam_epsilon)
+        self._flat, self._flat_grad = _flatten_parameters([p for p in self.model.parameters() if p.requires_grad])
+        self.optimizer = _adam([self._flat], lr=self.hp.lr, eps=self.hp.adam_epsilon)
         self.version = 0
         self.num_updates = 0
 
@@ -131,6 +132,12 @@ class PPOLearner:
         steps = 0
         self.model.train()
         for _ in range(hp.num_epochs):
+            if mb >= n:  # one full-batch step per epoch: order does not matter
+                step_stats = self._sgd_step(batch, clip)
+                for k, v in step_stats.items():
+                    stats[k] += v
+                steps += 1
+                continue
             perm = torch.from_numpy(self.rng.permutation(n))
             for lo in range(0, n, mb):
                 idx = perm[lo : lo + mb]
@@ -176,12 +183,12 @@ class PPOLearner:
         vf_loss = vf_loss.mean()
         ent = entropy.mean()
         loss = policy_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
-        self.optimizer.zero_grad(set_to_none=True)
+        self._flat_grad.zero_()
         loss.backward()
-        if hp.grad_clip is not None:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), hp.grad_clip))
-        else:
-            grad_norm = math.nan
+        grad_norm_t = torch.linalg.vector_norm(self._flat_grad)
+        grad_norm = float(grad_norm_t)
+        if hp.grad_clip is not None and grad_norm > hp.grad_clip:
+            self._flat_grad.mul_(hp.grad_clip / (grad_norm + 1e-6))
         self.optimizer.step()
         with torch.no_grad():
             kl = float(((ratio - 1.0) - log_ratio).mean())
@@ -236,6 +243,25 @@ class PPOLearner:
 
     def ping(self) -> dict[str, Any]:
         return {"ok": True, "weights_version": self.version}
+
+
+def _flatten_parameters(params: list[torch.nn.Parameter]) -> tuple[torch.nn.Parameter, torch.Tensor]:
+    """Make `params` (and their grads) views of one flat parameter (and one flat grad),
+    so gradient clipping and Adam are single tensor ops instead of one per layer.
+    Zero the grad with `flat_grad.zero_()`: setting grads to None would cut the views."""
+    total = sum(p.numel() for p in params)
+    flat = torch.zeros(total)
+    flat_grad = torch.zeros(total)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        flat[offset : offset + n].copy_(p.data.reshape(-1))
+        p.data = flat[offset : offset + n].view_as(p)
+        p.grad = flat_grad[offset : offset + n].view_as(p)
+        offset += n
+    flat_param = torch.nn.Parameter(flat)
+    flat_param.grad = flat_grad
+    return flat_param, flat_grad
 
 
 def _adam(params: Any, lr: float, eps: float) -> torch.optim.Adam:

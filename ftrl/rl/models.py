@@ -127,8 +127,13 @@ class ActorCritic(nn.Module):
             raise ValueError(f"weights have {flat.size} values; this model has {n} parameters")
         if not np.isfinite(flat).all():
             raise ValueError("weights contain NaN or inf")
+        source = torch.from_numpy(flat)
+        offset = 0
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(torch.from_numpy(flat.copy()), self.parameters())
+            for p in self.parameters():  # copy in place: parameters may be views of a flat buffer
+                n = p.numel()
+                p.copy_(source[offset : offset + n].view_as(p))
+                offset += n
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
