@@ -1,0 +1,171 @@
+"""Sampling throughput: env steps/s of 1, 2, 4 EnvRunner actors x E CartPole envs on the
+embedded local cluster (real processes, gRPC), beside the same policy and envs stepped in
+one plain Python loop (the ceiling). Prints ONE JSON object.
+
+    python benchmarks/throughput.py [--runners 1 2 4] [--envs 8] [--fragment 128] [--seconds 5]
+
+For each runner count it reports total steps/s with requests pipelined (each runner gets
+its next sample() as soon as it answers) and in synchronous rounds (all runners, then
+wait for all: what PPO does), and `per_core_vs_plain` = (steps/s / min(runners, cores))
+/ plain-loop steps/s. Target (issue 3): >= 0.85. `in_process_runner_vs_plain` measures
+the EnvRunner code alone (no RPC) against the plain loop, interleaved to cancel noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from ftrl.config import PPOConfig  # noqa: E402
+from ftrl.rl.env_runner import EnvRunner  # noqa: E402
+from ftrl.rl.models import ActorCritic  # noqa: E402
+from ftrl.rl.spaces import space_spec  # noqa: E402
+
+RUNNER = "ftrl.rl.env_runner:EnvRunner"
+
+
+def config(envs: int, fragment: int) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=fragment)
+        .debugging(seed=0)
+    )
+
+
+class PlainLoop:
+    """The ceiling: one batched policy call per step, then a Python loop over the envs."""
+
+    def __init__(self, envs: int):
+        self.envs = [gym.make("CartPole-v1") for _ in range(envs)]
+        spec = space_spec(self.envs[0].observation_space, self.envs[0].action_space)
+        self.model = ActorCritic(spec)
+        self.obs = np.stack([e.reset(seed=i)[0] for i, e in enumerate(self.envs)]).astype(np.float32)
+
+    def run(self, seconds: float) -> float:
+        n, t0 = 0, time.perf_counter()
+        envs, obs, model = self.envs, self.obs, self.model
+        while time.perf_counter() - t0 < seconds:
+            with torch.inference_mode():
+                actions, _, _ = model.act(torch.from_numpy(obs))
+            acts = actions.tolist()
+            for i, env in enumerate(envs):
+                o, _, term, trunc, _ = env.step(acts[i])
+                if term or trunc:
+                    o, _ = env.reset()
+                obs[i] = o
+            n += len(envs)
+        return n / (time.perf_counter() - t0)
+
+
+def in_process(envs: int, fragment: int, seconds: float) -> dict:
+    """Interleave short runs of the plain loop and one in-process EnvRunner."""
+    torch.set_num_threads(1)
+    plain = PlainLoop(envs)
+    runner = EnvRunner(config(envs, fragment), set_torch_threads=True)
+    runner.sample()
+
+    def runner_rate(sec: float) -> float:
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < sec:
+            n += runner.sample()["env_steps"]
+        return n / (time.perf_counter() - t0)
+
+    chunks = max(4, int(seconds / 0.5))
+    p, r = [], []
+    for _ in range(chunks):
+        p.append(plain.run(seconds / chunks))
+        r.append(runner_rate(seconds / chunks))
+    runner.stop()
+    return {
+        "plain_loop_steps_per_s": round(statistics.median(p)),
+        "plain_loop_steps_per_s_best": round(max(p)),
+        "in_process_runner_steps_per_s": round(statistics.median(r)),
+        "in_process_runner_vs_plain": round(statistics.median(r) / statistics.median(p), 3),
+        "in_process_runner_vs_plain_best": round(max(r) / max(p), 3),
+    }
+
+
+def distributed(client, n: int, envs: int, fragment: int, seconds: float) -> dict:
+    cfg = config(envs, fragment).to_dict()
+    handles = [
+        client.create_actor(RUNNER, name=f"bench/env_runner/{n}/{i}", kwargs={"config": cfg, "worker_index": i + 1},
+                            max_restarts=0, resources={"cpu": 1})
+        for i in range(n)
+    ]
+    weights = ActorCritic(space_spec(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))).get_flat()
+    for h in handles:
+        h.call("set_weights", 0, weights)
+        h.call("sample")  # warm up
+    # pipelined
+    steps, t0 = 0, time.perf_counter()
+    futs = {h.submit("sample"): h for h in handles}
+    while futs:
+        done, _ = cf.wait(list(futs), return_when=cf.FIRST_COMPLETED)
+        for f in done:
+            h = futs.pop(f)
+            steps += f.result()["env_steps"]
+            if time.perf_counter() - t0 < seconds:
+                futs[h.submit("sample")] = h
+    pipelined = steps / (time.perf_counter() - t0)
+    # synchronous rounds
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for f in [h.submit("sample") for h in handles]:
+            steps += f.result()["env_steps"]
+    rounds = steps / (time.perf_counter() - t0)
+    for h in handles:
+        client.kill_actor(h.name)
+    return {"runners": n, "envs_per_runner": envs, "pipelined_steps_per_s": round(pipelined), "sync_rounds_steps_per_s": round(rounds)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--fragment", type=int, default=128)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    base = in_process(args.envs, args.fragment, args.seconds)
+    plain = base["plain_loop_steps_per_s"]
+    results = []
+    from ftrl.client.cluster import LocalCluster
+
+    env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with LocalCluster(workers=1, slots=max(max(args.runners), cores), preload="ftrl.rl.env_runner", env=env) as cluster:
+        client = cluster.client()
+        for n in args.runners:
+            r = distributed(client, n, args.envs, args.fragment, args.seconds)
+            used = min(n, cores)
+            r["per_core_vs_plain"] = round(r["pipelined_steps_per_s"] / used / plain, 3)
+            r["per_core_vs_plain_sync_rounds"] = round(r["sync_rounds_steps_per_s"] / used / plain, 3)
+            results.append(r)
+    print(json.dumps({
+        "benchmark": "throughput",
+        "env": "CartPole-v1",
+        "envs_per_runner": args.envs,
+        "rollout_fragment_length": args.fragment,
+        **base,
+        "distributed": results,
+        "cores": cores,
+        "load_avg_1m": os.getloadavg()[0],
+        "target_per_core_vs_plain": 0.85,
+    }))
+
+
+if __name__ == "__main__":
+    main()

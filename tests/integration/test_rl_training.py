@@ -1,0 +1,212 @@
+"""RL on real processes: env runners SIGKILLed during training, sub-envs that segfault in
+their own processes, a driver killed and resumed from its checkpoint, and learning."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ftrl.config import PPOConfig, StopCriteria, load_job
+from ftrl.rl.env_runner import EnvRunner
+from tests.integration.conftest import REPO, cluster_env, wait_until
+
+CARTPOLE_JOB = REPO / "examples" / "cartpole_ppo.toml"
+
+
+def _tuned(num_env_runners: int = 0, seed: int = 0) -> PPOConfig:
+    config = load_job(CARTPOLE_JOB).config
+    config.debugging(seed=seed)
+    if num_env_runners:
+        config.env_runners(num_env_runners=num_env_runners, rollout_fragment_length=32 // num_env_runners)
+    return config
+
+
+def _runner_pids(client, job: str) -> dict[str, int]:
+    return {
+        a["name"]: a["pid"]
+        for a in client.actors()
+        if a["name"].startswith(f"{job}/env_runner/") and a["state"] == "ALIVE" and a["pid"]
+    }
+
+
+class Killer(threading.Thread):
+    """SIGKILLs one env runner process (round robin) every `every_s` seconds."""
+
+    def __init__(self, client, job: str, every_s: float):
+        super().__init__(daemon=True)
+        self.client, self.job, self.every_s = client, job, every_s
+        self.stop_event = threading.Event()
+        self.kills = 0
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop_event.wait(self.every_s):
+            pids = _runner_pids(self.client, self.job)
+            name = f"{self.job}/env_runner/{i % 2}"
+            i += 1
+            if name in pids:
+                try:
+                    os.kill(pids[name], signal.SIGKILL)
+                    self.kills += 1
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.mark.slow
+def test_sigkilled_env_runners_do_not_stop_learning(make_cluster, tmp_path):
+    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    config = _tuned(num_env_runners=2).env_runners(sample_timeout_s=10.0, env_runner_health_probe_timeout_s=10.0)
+    algo = config.build(client=client, output_dir=tmp_path, job_name="chaos")
+    killer = Killer(client, "chaos", every_s=3.0)
+    killer.start()
+    try:
+        summary = algo.run(StopCriteria(stop_reward=475.0, stop_timesteps=250_000))
+    finally:
+        killer.stop_event.set()
+        killer.join()
+        algo.stop()
+    result = summary["result"]
+    assert killer.kills >= 3
+    assert summary["stop_reason"] == "stop_reward", result
+    assert result["num_env_runner_restarts"] >= 1
+    assert result["num_env_runner_failures"] >= 1
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in lines] == list(range(1, len(lines) + 1))
+    steps = [x["env_steps_sampled"] for x in lines]
+    assert steps == sorted(steps)
+
+
+def test_restarted_runner_gets_weights_before_sampling(make_cluster):
+    cluster = make_cluster(slots=2)
+    client = cluster.client()
+    config = _tuned(num_env_runners=2)
+    algo = config.build(client=client, job_name="resync")
+    try:
+        for _ in range(3):
+            algo.train()
+        pids = _runner_pids(client, "resync")
+        os.kill(pids["resync/env_runner/0"], signal.SIGKILL)
+        wait_until(lambda: _runner_pids(client, "resync").get("resync/env_runner/0") not in (None, pids["resync/env_runner/0"]), timeout=30, what="runner restart")
+        results = [algo.train() for _ in range(4)]
+        wait_until(lambda: (algo.train(), algo.env_runner_group.num_healthy == 2)[1], timeout=30, what="runner recovered")
+        last = algo.train()
+        assert last["num_env_runner_restarts"] >= 1
+        # nothing sampled with the fresh process's random weights was ever used
+        assert all(r["num_samples_dropped"] == 0 for r in results)
+        slot = algo.env_runner_group.slots[0]
+        assert slot.handle.call("ping")["weights_version"] == algo.learner_version
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("mode", ["exit", "segfault"])
+def test_remote_sub_env_process_death_restarts_only_that_sub_env(mode):
+    config = (
+        PPOConfig()
+        .environment("ftrl.rl.testing_envs:make_flaky_env", env_config={"fail_every": 40, "mode": mode})
+        .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=25, remote_worker_envs=True)
+        .fault_tolerance(restart_failed_sub_environments=True)
+        .debugging(seed=0)
+    )
+    runner = EnvRunner(config.to_dict(), set_torch_threads=False)
+    try:
+        pids = [env.pid for env in runner._envs]
+        outs = [runner.sample() for _ in range(2)]  # 50 steps per sub-env: each dies once
+        assert runner.num_sub_env_restarts == 2
+        assert all(env.pid not in pids for env in runner._envs)
+        invalid = sum(int((~o["batch"]["valid"]).sum()) for o in outs)
+        assert invalid == 2
+        assert runner.ping()["num_dead_sub_envs"] == 0
+    finally:
+        runner.stop()
+    config.fault_tolerance(restart_failed_sub_environments=False)
+    runner = EnvRunner(config.to_dict(), set_torch_threads=False)
+    try:
+        from ftrl.rl.sub_env import SubEnvError
+
+        with pytest.raises(SubEnvError, match=r"process died|process is gone"):
+            runner.sample()
+            runner.sample()
+    finally:
+        runner.stop()
+
+
+def _train_cmd(out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "ftrl", "train", "--config", str(CARTPOLE_JOB), "--output", str(out),
+        "--quiet", "--set", "checkpoint_interval=5", "--seed", "1", *extra,
+    ]
+
+
+def test_killed_driver_resumes_from_its_checkpoint_and_skips_a_corrupt_one(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, **cluster_env()}
+    proc = subprocess.Popen(_train_cmd(out, "--stop-iters", "1000", "--stop-reward", "1000"), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: len(list((out / "checkpoints").glob("checkpoint_*.ftrl"))) >= 3, timeout=120,
+                   what="three checkpoints")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    before = [json.loads(x)["iteration"] for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip().endswith("}")]
+    ckpts = sorted((out / "checkpoints").glob("checkpoint_*.ftrl"))
+    newest, previous = ckpts[-1], ckpts[-2]
+    prev_iter = int(previous.stem.split("_")[1])
+    newest.write_bytes(newest.read_bytes()[:100])  # torn newest checkpoint
+    assert max(before) >= int(newest.stem.split("_")[1])
+    stop_at = prev_iter + 4
+    done = subprocess.run(_train_cmd(out, "--resume", "--stop-iters", str(stop_at)), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "skipping corrupt checkpoint" in done.stderr
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    iterations = [x["iteration"] for x in lines]
+    assert iterations == list(range(1, stop_at + 1))  # never backwards, never repeated
+    steps = [x["env_steps_sampled"] for x in lines]
+    assert steps == sorted(steps)
+    result = json.loads((out / "result.json").read_text())
+    assert result["restored_from"].endswith(previous.name)
+    assert result["iteration"] == stop_at
+
+
+def test_driver_reattaches_to_live_runners(make_cluster, tmp_path):
+    cluster = make_cluster(slots=2)
+    client = cluster.client()
+    config = _tuned(num_env_runners=2).checkpointing(checkpoint_interval=2)
+    first = config.build(client=client, output_dir=tmp_path, job_name="attach")
+    for _ in range(4):
+        first.train()
+    pids = _runner_pids(client, "attach")
+    first.env_runner_group.stop(kill=False)  # the driver "dies"; its runners stay up
+    second = config.build(client=client, output_dir=tmp_path, resume=True, job_name="attach")
+    try:
+        assert second.iteration == 4
+        result = second.train()
+        assert result["iteration"] == 5 and result["num_healthy_env_runners"] == 2
+        assert _runner_pids(client, "attach") == pids  # the same processes, re-attached
+        assert result["num_env_runner_restarts"] == 0
+    finally:
+        second.stop()
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole_in_process():
+    algo = _tuned(seed=0).build()
+    try:
+        summary = algo.run(StopCriteria(stop_reward=475.0, stop_timesteps=150_000))
+    finally:
+        algo.stop()
+    assert summary["stop_reason"] == "stop_reward"
+    assert summary["episode_return_mean"] >= 475.0
+    assert summary["env_steps_sampled"] < 150_000
+    assert np.isfinite(summary["result"]["learner"]["policy_loss"])
