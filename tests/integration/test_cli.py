@@ -1,0 +1,98 @@
+"""The `ftrl` program against a running cluster: status (table and JSON) and bad options."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import running
+
+
+def _ftrl() -> list[str]:
+    script = Path(sys.executable).parent / "ftrl"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ftrl"]
+
+
+def run_ftrl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTRL_")}
+    return subprocess.run([*_ftrl(), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def populated(shared_cluster):
+    c = shared_cluster.client()
+    c.create_actor("tests.actors:Counter", name="job/algorithm")
+    c.create_actor("tests.actors:Counter", name="job/env_runner/0", max_restarts=3)
+    with pytest.raises(Exception):  # noqa: B017 (any start error; it leaves a DEAD record)
+        c.create_actor("tests.actors:BadInit", name="broken")
+    return shared_cluster
+
+
+def test_status_table(populated):
+    cl = populated
+    proc = run_ftrl("status", "--coordinator", cl.address, "--token-file", str(cl.token_file))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"coordinator {cl.address}" in out and "2/2 nodes alive, 3 actors" in out
+    for word in ("NODE", "local-0", "local-1", "ACTOR", "job/algorithm", "job/env_runner/0",
+                 "tests.actors:Counter", "broken", "DEAD", "BadInit refuses to start"):
+        assert word in out
+    alive_rows = [line for line in out.splitlines() if line.startswith("job/")]
+    assert len(alive_rows) == 2 and all(" ALIVE " in row for row in alive_rows)
+
+
+def test_status_json(populated):
+    cl = populated
+    proc = run_ftrl("status", "--json", "--coordinator", cl.address, "--token-file", str(cl.token_file))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert set(data) >= {"cluster", "nodes", "actors"}
+    assert data["cluster"]["heartbeat_timeout_s"] == cl.heartbeat_timeout
+    nodes = {n["node_id"]: n for n in data["nodes"]}
+    assert set(nodes) == {"local-0", "local-1"}
+    for n in nodes.values():
+        assert {"node_id", "address", "state", "slots", "actors"} <= set(n)
+        assert n["state"] == "ALIVE" and n["slots"] == 4 and n["pid"] == cl.worker_procs[n["node_id"]].pid
+    actors = {a["name"]: a for a in data["actors"]}
+    assert set(actors) == {"job/algorithm", "job/env_runner/0", "broken"}
+    for a in actors.values():
+        assert {"name", "class_path", "node_id", "pid", "state", "restarts", "incarnation"} <= set(a)
+    runner = actors["job/env_runner/0"]
+    assert runner["state"] == "ALIVE" and runner["pid"] > 0 and runner["incarnation"] == 1
+    assert runner["max_restarts"] == 3 and runner["node_id"] in nodes
+    assert runner["name"] in nodes[runner["node_id"]]["actors"]
+    assert actors["broken"]["state"] == "DEAD" and actors["broken"]["error_type"] == "RuntimeError"
+
+    proc = run_ftrl("status", "--json", "--prefix", "job/", "--coordinator", cl.address,
+                    "--token-file", str(cl.token_file))
+    assert sorted(a["name"] for a in json.loads(proc.stdout)["actors"]) == ["job/algorithm", "job/env_runner/0"]
+
+
+def test_status_errors(shared_cluster):
+    cl = shared_cluster
+    proc = run_ftrl("status", "--coordinator", cl.address)
+    assert proc.returncode == 1 and "missing cluster token" in proc.stderr
+    proc = run_ftrl("status", "--coordinator", "127.0.0.1:1", "--token-file", str(cl.token_file))
+    assert proc.returncode == 1 and "127.0.0.1:1" in proc.stderr and "unreachable" in proc.stderr
+    proc = run_ftrl("status", "--coordinator", cl.address, "--token-file", str(cl.state_dir / "nope"))
+    assert proc.returncode == 2 and "cannot read token file" in proc.stderr
+
+
+def test_bad_server_options(shared_cluster, tmp_path):
+    cl = shared_cluster
+    token = ["--token-file", str(cl.token_file)]
+    proc = run_ftrl("coordinator", "--port", str(cl.port), "--host", "127.0.0.1", *token, timeout=30)
+    assert proc.returncode == 2 and f"cannot listen on 127.0.0.1:{cl.port}" in proc.stderr
+    proc = run_ftrl("coordinator", "--port", "0", "--heartbeat-interval", "5", "--heartbeat-timeout", "1")
+    assert proc.returncode == 2 and "--heartbeat-interval must be smaller" in proc.stderr
+    proc = run_ftrl("coordinator", "--host", "0.0.0.0", "--port", "0")
+    assert proc.returncode == 2 and "without a cluster token" in proc.stderr
+    proc = run_ftrl("worker", "--coordinator", "no-port-here", "--log-dir", str(tmp_path), *token)
+    assert proc.returncode == 2 and "HOST:PORT" in proc.stderr
+    assert running(cl.coordinator_proc)
