@@ -15,6 +15,7 @@ from ftrl.client.convert import actor_dict, event_dict, node_dict
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
+from ftrl.wire.chunks import assemble
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -222,18 +223,18 @@ class AsyncClient:
             call.cancel()
 
 
-def _encode_call(method: str, args: tuple, kwargs: dict) -> bytes:
+def _encode_call(method: str, args: tuple, kwargs: dict) -> tuple[list, int]:
     try:
-        return codec.encode([list(args), kwargs])
+        return codec.encode_parts([list(args), kwargs])
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"arguments of {method}() are not msgpack-able: {e}") from None
 
 
-def _request_chunks(header: pb.CallHeader, payload: bytes):
-    view = memoryview(payload)
-    yield pb.CallChunk(header=header, data=bytes(view[:CHUNK_BYTES]))
-    for start in range(CHUNK_BYTES, len(payload), CHUNK_BYTES):
-        yield pb.CallChunk(data=bytes(view[start : start + CHUNK_BYTES]))
+def _request_chunks(header: pb.CallHeader, parts: list):
+    first = True
+    for data in codec.iter_chunks(parts, CHUNK_BYTES):
+        yield pb.CallChunk(header=header, data=data) if first else pb.CallChunk(data=data)
+        first = False
 
 
 class AsyncActorHandle:
@@ -350,34 +351,30 @@ class AsyncActorHandle:
         await self._resolve()
         return await self._call_once(method, payload)
 
-    async def _call_once(self, method: str, payload: bytes) -> Any:
+    async def _call_once(self, method: str, payload: tuple[list, int]) -> Any:
         address = self.address
-        header = pb.CallHeader(method=method, incarnation=self.incarnation, total_bytes=len(payload),
+        parts, total = payload
+        header = pb.CallHeader(method=method, incarnation=self.incarnation, total_bytes=total,
                                caller=self.client.caller)
         stub = self.client.actor_stub(address)
         try:
-            call = stub.Call(_request_chunks(header, payload), timeout=self.timeout, metadata=self.client._md)
-            first = None
-            parts: list[bytes] = []
-            async for chunk in call:
-                if first is None:
-                    first = chunk
-                    if chunk.HasField("error"):
-                        e = chunk.error
-                        raise ActorError(e.type, e.message, e.traceback)
-                parts.append(chunk.data)
+            call = stub.Call(_request_chunks(header, parts), timeout=self.timeout, metadata=self.client._md)
+            replies = call.__aiter__()
+            first = await replies.__anext__()
+            if first.HasField("error"):
+                e = first.error
+                raise ActorError(e.type, e.message, e.traceback)
+            data = await assemble(first.data, (c.data async for c in replies), first.total_bytes)
+        except StopAsyncIteration:
+            raise ActorUnavailableError(f"actor {self.name} closed the call without a reply") from None
+        except InvalidArgumentError as e:
+            raise ActorUnavailableError(f"reply from {self.name}.{method}() was cut: {e}") from None
         except grpc.RpcError as e:
             err = error_from_rpc(e, f"actor {self.name} (incarnation {self.incarnation}) at {address}")
             if isinstance(err, FtrlTimeoutError):
                 err = FtrlTimeoutError(f"call {self.name}.{method}() timed out after {self.timeout:g}s")
             raise err from None
-        if first is None:
-            raise ActorUnavailableError(f"actor {self.name} closed the call without a reply")
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        if len(data) != first.total_bytes:
-            raise ActorUnavailableError(
-                f"reply from {self.name}.{method}() was cut: {len(data)} of {first.total_bytes} bytes")
-        return codec.decode(data)
+        return codec.decode_parts(data)
 
     async def state(self) -> Any:
         """The actor's `__ftrl_state__()` (for resyncing a restarted copy)."""

@@ -12,6 +12,7 @@ payload must be consumed.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,9 @@ from ftrl.wire.errors import InvalidArgumentError, ResourceExhaustedError
 
 NUMPY_EXT = 1
 _ALLOWED_KINDS = frozenset("biufc?SU")  # no object, void, datetime
+# What numpy's dtype.str looks like for those kinds ("<f4", "|b1", "<U5"); anything
+# else is refused before numpy parses it (np.dtype() evaluates some strings).
+_DTYPE_RE = re.compile(r"^[<>|=][biufcSU]\d{1,5}$")
 _MAX_NDIM = 32
 
 
@@ -87,10 +91,11 @@ def encode(obj: Any) -> bytes:
         raise InvalidArgumentError(f"cannot encode payload: {e}") from e
 
 
-def _decode_array(data: bytes) -> np.ndarray:
+def _array_header(data: bytes | memoryview) -> tuple[np.dtype, tuple[int, ...], int, int]:
+    """Parse dtype and shape; returns (dtype, shape, header length, byte count)."""
     try:
         n = data[0]
-        dtype_str = data[1 : 1 + n].decode("ascii")
+        dtype_str = bytes(data[1 : 1 + n]).decode("ascii")
         pos = 1 + n
         ndim = data[pos]
         pos += 1
@@ -98,6 +103,10 @@ def _decode_array(data: bytes) -> np.ndarray:
             raise ValueError(f"ndim {ndim} > {_MAX_NDIM}")
         shape = struct.unpack_from(f"<{ndim}Q", data, pos)
         pos += 8 * ndim
+        if not _DTYPE_RE.match(dtype_str):
+            raise InvalidArgumentError(
+                f"numpy dtype {dtype_str[:20]!r} is not allowed on the wire "
+                "(plain numeric, bool and str dtypes only)")
         dtype = np.dtype(dtype_str)
     except (IndexError, struct.error, TypeError, ValueError, UnicodeDecodeError) as e:
         raise InvalidArgumentError(f"malformed numpy array in payload: {e}") from e
@@ -106,10 +115,15 @@ def _decode_array(data: bytes) -> np.ndarray:
     count = 1
     for dim in shape:
         count *= dim
-    if count * dtype.itemsize != len(data) - pos:
+    return dtype, tuple(shape), pos, count * dtype.itemsize
+
+
+def _decode_array(data: bytes) -> np.ndarray:
+    dtype, shape, pos, nbytes = _array_header(data)
+    if nbytes != len(data) - pos:
         raise InvalidArgumentError(
-            f"malformed numpy array: shape {tuple(shape)} x {dtype} needs "
-            f"{count * dtype.itemsize} bytes, got {len(data) - pos}"
+            f"malformed numpy array: shape {shape} x {dtype} needs "
+            f"{nbytes} bytes, got {len(data) - pos}"
         )
     # A writable copy: callers may hand it straight to torch.
     return np.frombuffer(bytearray(data[pos:]), dtype=dtype).reshape(shape)
@@ -149,11 +163,15 @@ def decode(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
         raise ResourceExhaustedError(
             f"payload of {len(data)} bytes exceeds the limit of {limits.max_bytes} bytes"
         )
+    return _unpack(data, limits, _ext_hook)
+
+
+def _unpack(data: bytes | memoryview, limits: DecodeLimits, ext_hook) -> Any:
     try:
         unpacker = msgpack.Unpacker(
             raw=False,
             strict_map_key=False,  # int keys are fine; key types are checked below
-            ext_hook=_ext_hook,
+            ext_hook=ext_hook,
             use_list=True,
             max_buffer_size=max(len(data), 1),
             max_str_len=limits.max_str_len,
@@ -170,7 +188,7 @@ def decode(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
             pass
         else:
             raise InvalidArgumentError("malformed payload: trailing data after the first object")
-    except InvalidArgumentError:
+    except (InvalidArgumentError, ResourceExhaustedError):
         raise
     except msgpack.OutOfData as e:
         raise InvalidArgumentError("malformed payload: truncated msgpack data") from e
@@ -180,6 +198,107 @@ def decode(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
         raise InvalidArgumentError(f"malformed payload: {e}") from e
     _check_tree(obj, limits.max_depth)
     return obj
+
+
+# ---------------------------------------------------------------- call payloads
+#
+# Call arguments and results can hold large arrays. Copying them through
+# msgpack costs several full copies, so call payloads keep arrays of
+# OOB_MIN_BYTES or more *out of band*:
+#     u32 len(meta) | meta (msgpack) | array bytes, back to back
+# where each such array is extension type 2 in meta:
+#     dtype/shape header as for type 1 | u64 offset | u64 nbytes (into the array area)
+# The sender hands the array memory to the transport without copying it into
+# msgpack; the receiver assembles the payload into one bytearray and returns
+# arrays as writable views of it.
+
+OOB_EXT = 2
+OOB_MIN_BYTES = 64 << 10
+_META_LEN = struct.Struct("<I")
+_OOB_TAIL = struct.Struct("<QQ")
+
+
+def encode_parts(obj: Any) -> tuple[list[bytes | memoryview], int]:
+    """Encode a call payload; returns its parts (to be sent back to back) and total size."""
+    buffers: list[memoryview] = []
+    offset = 0
+
+    def default(o: Any) -> Any:
+        nonlocal offset
+        if isinstance(o, np.ndarray) and o.nbytes >= OOB_MIN_BYTES and o.ndim > 0:
+            if o.dtype.kind not in _ALLOWED_KINDS:
+                raise InvalidArgumentError(
+                    f"cannot send numpy dtype {o.dtype} (only numeric, bool, str)")
+            a = o if o.flags.c_contiguous else np.ascontiguousarray(o)
+            dtype = a.dtype.str.encode("ascii")
+            header = struct.pack(f"<B{len(dtype)}sB{a.ndim}Q", len(dtype), dtype, a.ndim, *a.shape)
+            buffers.append(memoryview(a.reshape(-1).view(np.uint8)))
+            ext = msgpack.ExtType(OOB_EXT, header + _OOB_TAIL.pack(offset, a.nbytes))
+            offset += a.nbytes
+            return ext
+        return _default(o)
+
+    try:
+        meta = msgpack.packb(obj, default=default, use_bin_type=True, strict_types=False)
+    except InvalidArgumentError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f"cannot encode payload: {e}") from e
+    parts: list[bytes | memoryview] = [_META_LEN.pack(len(meta)), meta, *buffers]
+    return parts, _META_LEN.size + len(meta) + offset
+
+
+def decode_parts(buf: bytes | bytearray | memoryview, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """Decode a payload made by `encode_parts` (arrays are views of `buf`)."""
+    view = memoryview(buf)
+    if len(view) > limits.max_bytes:
+        raise ResourceExhaustedError(
+            f"payload of {len(view)} bytes exceeds the limit of {limits.max_bytes} bytes"
+        )
+    if len(view) < _META_LEN.size:
+        raise InvalidArgumentError("malformed payload: shorter than its length prefix")
+    (meta_len,) = _META_LEN.unpack_from(view, 0)
+    if meta_len > len(view) - _META_LEN.size:
+        raise InvalidArgumentError("malformed payload: meta length exceeds the payload")
+    meta = view[_META_LEN.size : _META_LEN.size + meta_len]
+    area = view[_META_LEN.size + meta_len :]
+
+    def ext_hook(code: int, data: bytes) -> Any:
+        if code == NUMPY_EXT:
+            return _decode_array(data)
+        if code != OOB_EXT:
+            raise InvalidArgumentError(f"unknown msgpack extension type {code}")
+        dtype, shape, pos, nbytes = _array_header(data)
+        if len(data) - pos != _OOB_TAIL.size:
+            raise InvalidArgumentError("malformed out-of-band array reference")
+        offset, size = _OOB_TAIL.unpack_from(data, pos)
+        if size != nbytes or offset + size > len(area):
+            raise InvalidArgumentError(
+                f"malformed out-of-band array: {shape} x {dtype} at {offset}+{size} "
+                f"outside the {len(area)}-byte array area"
+            )
+        return np.frombuffer(area, dtype=dtype, count=nbytes // dtype.itemsize if dtype.itemsize else 0,
+                             offset=offset).reshape(shape)
+
+    return _unpack(meta, limits, ext_hook)
+
+
+def iter_chunks(parts: list[bytes | memoryview], chunk: int):
+    """Yield the concatenation of `parts` as bytes objects of at most `chunk` bytes."""
+    pending: list[bytes] = []
+    size = 0
+    for part in parts:
+        view = memoryview(part)
+        while view:
+            take = min(chunk - size, len(view))
+            pending.append(bytes(view[:take]))
+            size += take
+            view = view[take:]
+            if size == chunk:
+                yield pending[0] if len(pending) == 1 else b"".join(pending)
+                pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
 
 
 def check_encodable(obj: Any, what: str = "value") -> bytes:

@@ -23,6 +23,7 @@ from grpc import aio
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
+from ftrl.wire.chunks import assemble
 from ftrl.wire.errors import (
     FtrlError,
     InvalidArgumentError,
@@ -47,32 +48,21 @@ def remote_error(exc: BaseException) -> pb.RemoteError:
     return pb.RemoteError(type=name, message=str(exc)[:10_000], traceback=tb[-20_000:])
 
 
-def reply_chunks(payload: bytes) -> list[pb.CallChunk]:
-    """Split a result payload into reply chunks (the first carries the total size)."""
-    view = memoryview(payload)
-    chunks = [pb.CallChunk(total_bytes=len(payload), data=bytes(view[:CHUNK_BYTES]))]
-    for start in range(CHUNK_BYTES, len(payload), CHUNK_BYTES):
-        chunks.append(pb.CallChunk(data=bytes(view[start : start + CHUNK_BYTES])))
+def reply_chunks(result: Any) -> list[pb.CallChunk]:
+    """Encode a result into reply chunks (the first carries the total size)."""
+    parts, total = codec.encode_parts(result)
+    chunks = [pb.CallChunk(data=data) for data in codec.iter_chunks(parts, CHUNK_BYTES)]
+    chunks[0].total_bytes = total
     return chunks
 
 
-async def read_payload(first: pb.CallChunk, rest: AsyncIterator[pb.CallChunk], total: int) -> bytes:
-    """Collect a chunked payload of exactly `total` bytes."""
+async def read_payload(first: pb.CallChunk, rest: AsyncIterator[pb.CallChunk], total: int) -> bytearray:
+    """Collect a chunked payload of exactly `total` bytes into one buffer."""
     if total < 0 or total > MAX_CALL_BYTES:
         raise ResourceExhaustedError(
             f"call payload of {total} bytes exceeds the limit of {MAX_CALL_BYTES} bytes"
         )
-    parts = [first.data]
-    size = len(first.data)
-    if size < total:
-        async for chunk in rest:
-            parts.append(chunk.data)
-            size += len(chunk.data)
-            if size >= total:
-                break
-    if size != total:
-        raise InvalidArgumentError(f"call payload has {size} bytes but its header says {total}")
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return await assemble(first.data, (chunk.data async for chunk in rest), total)
 
 
 class ActorServicer(pb_grpc.ActorServicer):
@@ -120,7 +110,7 @@ class ActorServicer(pb_grpc.ActorServicer):
                 )
             fn = self._method(header.method)
             payload = await read_payload(first, request_iterator, header.total_bytes)
-            call = codec.decode(payload) if payload else [[], {}]
+            call = codec.decode_parts(payload) if payload else [[], {}]
             if (
                 not isinstance(call, list)
                 or len(call) != 2
@@ -134,13 +124,13 @@ class ActorServicer(pb_grpc.ActorServicer):
         self.in_flight += 1
         try:
             result = await self._run(fn, call[0], call[1])
-            payload = codec.encode(result)
+            chunks = reply_chunks(result)
         except Exception as e:  # user code raised, or its result is not msgpack-able
             yield pb.CallChunk(error=remote_error(e))
             return
         finally:
             self.in_flight -= 1
-        for chunk in reply_chunks(payload):
+        for chunk in chunks:
             yield chunk
 
     async def _run(self, fn, args: list, kwargs: dict) -> Any:
