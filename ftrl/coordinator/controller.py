@@ -199,7 +199,10 @@ class Controller:
                 self.on_node_fenced(old.node_id)  # close the old stream
             if not relaunched:
                 node.failures = old.failures
-                if old.state == NodeState.EXCLUDED:
+                # Still excluded, also when it was LOST meanwhile: only a relaunch
+                # (a new session) clears an exclusion.
+                limit = self.config.max_node_failures
+                if old.state == NodeState.EXCLUDED or (limit >= 0 and old.failures > limit):
                     node.state = NodeState.EXCLUDED
             # Actors placed there stay assigned; reconciliation below decides.
             node.actors = set(old.actors)

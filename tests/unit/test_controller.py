@@ -487,6 +487,28 @@ def test_node_excluded_after_max_node_failures():
     assert h.last_start("z")[0] == "bad"
 
 
+def test_exclusion_survives_a_lost_node_coming_back():
+    h = Harness(max_node_failures=0)
+    h.register("bad", cpu=4)
+    h.register("good", cpu=2)
+    node_id, inc = alive(h, "x")
+    assert node_id == "bad"
+    h.report("bad", "x", inc, EXITED, exit_code=1, reason="crash", restarting_locally=True,
+             next_incarnation=inc + 1)
+    assert h.c.nodes["bad"].state == NodeState.EXCLUDED
+    for _ in range(6):
+        h.advance(1.0)
+        h.heartbeat("good")
+    assert h.c.nodes["bad"].state == NodeState.LOST
+    h.register("bad", cpu=4)  # the same worker session reconnects
+    assert h.c.nodes["bad"].state == NodeState.EXCLUDED
+    h.create("y")
+    assert h.last_start("y")[0] == "good"
+    h.disconnect("bad")
+    h.register("bad", cpu=4, session="relaunched")
+    assert h.c.nodes["bad"].state == NodeState.ALIVE
+
+
 def test_never_exclude_with_minus_one():
     h = Harness(max_node_failures=-1)
     h.register("a")
