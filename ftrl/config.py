@@ -586,12 +586,13 @@ class AlgorithmConfig:
             raise ConfigError(f"seed must be in [0, 2**31), got {seed}")
         lrn = self.learners_cfg
         _non_negative_int("num_learners", lrn.num_learners)
-        if lrn.num_learners > 1:
+        if lrn.num_learners > 0:
             raise ConfigError(
-                f"num_learners={lrn.num_learners}: more than one learner (a learner mesh) is "
-                "not supported yet; use num_learners=0 (learn in the Algorithm) or 1"
+                f"num_learners={lrn.num_learners}: learner actors (and the learner mesh) are "
+                "not supported yet; use num_learners=0 (the learner runs in the Algorithm "
+                "process)"
             )
-        if lrn.n_init_learners is not None and not 0 <= lrn.n_init_learners <= max(1, lrn.num_learners):
+        if lrn.n_init_learners is not None and not 0 <= lrn.n_init_learners <= lrn.num_learners:
             raise ConfigError("n_init_learners must be between 0 and num_learners")
         _positive_int(
             "metrics_num_episodes_for_smoothing", self.reporting_cfg.metrics_num_episodes_for_smoothing

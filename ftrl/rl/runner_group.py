@@ -419,7 +419,9 @@ class EnvRunnerGroup:
                 slot.inflight_late = False
                 slot.inflight_kind = method
         while used < min_env_steps:
-            waiting = [s for s in self.slots if s.inflight is not None and not s.inflight_late]
+            # wait on every request in flight, late ones included: a late fragment that
+            # comes back before the weights change is still usable
+            waiting = [s for s in self.slots if s.inflight is not None]
             if not waiting:
                 break
             remaining = deadline - time.monotonic()

@@ -85,7 +85,7 @@ def test_ignore_and_restart_are_mutually_exclusive():
         (lambda c: c.env_runners(sample_timeout_s=-1.0), "sample_timeout_s"),
         (lambda c: c.training(lr_schedule=[[10, 0.1], [5, 0.0]]), "must not decrease"),
         (lambda c: c.training(model={"fcnet_hiddens": []}), "fcnet_hiddens"),
-        (lambda c: c.learners(num_learners=2), "num_learners"),
+        (lambda c: c.learners(num_learners=1), "num_learners"),
         (lambda c: c.evaluation(evaluation_duration_unit="minutes"), "evaluation_duration_unit"),
     ],
 )

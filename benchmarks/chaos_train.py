@@ -1,0 +1,105 @@
+"""PPO on CartPole-v1 with 2 env runners on the embedded local cluster, calm and with an
+env runner SIGKILLed every `--kill-every` seconds; reports the slowdown. Prints ONE JSON.
+
+    python benchmarks/chaos_train.py [--kill-every 3] [--seed 0] [--target 475]
+
+Target (issue 3): chaos wall time under 1.3x the calm run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ftrl.client.cluster import LocalCluster  # noqa: E402
+from ftrl.config import StopCriteria, load_job  # noqa: E402
+
+
+def runner_pids(client, job: str) -> dict[str, int]:
+    return {a["name"]: a["pid"] for a in client.actors() if a["name"].startswith(f"{job}/env_runner/") and a["state"] == "ALIVE" and a["pid"]}
+
+
+def run(client, job: str, seed: int, target: float, kill_every: float | None) -> dict:
+    config = load_job(REPO / "examples" / "cartpole_ppo.toml").config
+    config.env_runners(num_env_runners=2, rollout_fragment_length=16).debugging(seed=seed)
+    t0 = time.monotonic()
+    algo = config.build(client=client, job_name=job)
+    stop = threading.Event()
+    kills = []
+
+    def killer() -> None:
+        i = 0
+        while not stop.wait(kill_every):
+            name = f"{job}/env_runner/{i % 2}"
+            i += 1
+            pid = runner_pids(client, job).get(name)
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    kills.append(time.monotonic() - t0)
+                except ProcessLookupError:
+                    pass
+
+    thread = threading.Thread(target=killer, daemon=True)
+    if kill_every:
+        thread.start()
+    healthy = []
+    try:
+        summary = algo.run(StopCriteria(stop_reward=target, stop_timesteps=300_000),
+                           on_result=lambda r: healthy.append(r["num_healthy_env_runners"]))
+    finally:
+        stop.set()
+        algo.stop()
+    wall = time.monotonic() - t0
+    r = summary["result"]
+    return {
+        "solved": summary["stop_reason"] == "stop_reward",
+        "wall_s": round(wall, 2),
+        "env_steps": r["env_steps_sampled"],
+        "iterations": r["iteration"],
+        "kills": len(kills),
+        "num_env_runner_restarts": r["num_env_runner_restarts"],
+        "num_env_runner_failures": r["num_env_runner_failures"],
+        "num_samples_lost": r["num_samples_lost"],
+        "num_samples_dropped": r["num_samples_dropped"],
+        "num_samples_late": r["num_samples_late"],
+        "mean_healthy_runners": round(sum(healthy) / max(1, len(healthy)), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kill-every", type=float, default=3.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target", type=float, default=475.0)
+    args = parser.parse_args()
+    env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with LocalCluster(workers=1, slots=2, preload="ftrl.rl.env_runner", env=env) as cluster:
+        client = cluster.client()
+        calm = run(client, "calm", args.seed, args.target, None)
+        chaos = run(client, "chaos", args.seed, args.target, args.kill_every)
+    print(json.dumps({
+        "benchmark": "chaos_train",
+        "env": "CartPole-v1",
+        "num_env_runners": 2,
+        "kill_every_s": args.kill_every,
+        "calm": calm,
+        "chaos": chaos,
+        "slowdown": round(chaos["wall_s"] / calm["wall_s"], 3),
+        "target_slowdown": 1.3,
+        "cores": os.cpu_count(),
+        "load_avg_1m": os.getloadavg()[0],
+    }))
+
+
+if __name__ == "__main__":
+    main()
