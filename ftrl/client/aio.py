@@ -28,7 +28,7 @@ from ftrl.wire.errors import (
     error_from_rpc,
 )
 from ftrl.wire.grpcopts import channel_options
-from ftrl.wire.limits import CHUNK_BYTES, MAX_ACTOR_MESSAGE, check_method
+from ftrl.wire.limits import CHUNK_BYTES, MAX_ACTOR_MESSAGE, MAX_CALL_BYTES, check_method
 from ftrl.wire.security import CALLER_HEADER, Security, secure_channel
 
 DEFAULT_ADDRESS = "127.0.0.1:6380"
@@ -67,6 +67,8 @@ class AsyncClient:
         self._channel: aio.Channel | None = None
         self._stub: pb_grpc.CoordinatorStub | None = None
         self._actor_channels: dict[str, tuple[aio.Channel, pb_grpc.ActorStub]] = {}
+        # (actor, method) pairs whose replies were large: those calls stream.
+        self.large_replies: set[tuple[str, str]] = set()
 
     # ---------------------------------------------------------------- plumbing
 
@@ -83,7 +85,11 @@ class AsyncClient:
     def actor_stub(self, address: str) -> pb_grpc.ActorStub:
         entry = self._actor_channels.get(address)
         if entry is None:
-            channel = secure_channel(address, self.security, channel_options(MAX_ACTOR_MESSAGE))
+            # Requests stream in 1 MiB chunks; a unary reply may carry a whole result.
+            opts = [o for o in channel_options(MAX_ACTOR_MESSAGE)
+                    if o[0] != "grpc.max_receive_message_length"]
+            opts.append(("grpc.max_receive_message_length", MAX_CALL_BYTES + CHUNK_BYTES))
+            channel = secure_channel(address, self.security, opts)
             entry = (channel, pb_grpc.ActorStub(channel))
             self._actor_channels[address] = entry
         return entry[1]
@@ -357,14 +363,22 @@ class AsyncActorHandle:
         header = pb.CallHeader(method=method, incarnation=self.incarnation, total_bytes=total,
                                caller=self.client.caller)
         stub = self.client.actor_stub(address)
+        unary = total <= CHUNK_BYTES and (self.name, method) not in self.client.large_replies
         try:
-            call = stub.Call(_request_chunks(header, parts), timeout=self.timeout, metadata=self.client._md)
-            replies = call.__aiter__()
-            first = await replies.__anext__()
-            if first.HasField("error"):
-                e = first.error
-                raise ActorError(e.type, e.message, e.traceback)
-            data = await assemble(first.data, (c.data async for c in replies), first.total_bytes)
+            if unary:
+                (data,) = list(codec.iter_chunks(parts, CHUNK_BYTES))
+                first = await stub.CallUnary(pb.CallChunk(header=header, data=data),
+                                             timeout=self.timeout, metadata=self.client._md)
+                if first.HasField("error"):
+                    e = first.error
+                    raise ActorError(e.type, e.message, e.traceback)
+                if len(first.data) > CHUNK_BYTES:
+                    self.client.large_replies.add((self.name, method))
+                if len(first.data) != first.total_bytes:
+                    raise InvalidArgumentError(f"{len(first.data)} of {first.total_bytes} bytes")
+                data = first.data
+            else:
+                data = await self._call_stream(stub, header, parts)
         except StopAsyncIteration:
             raise ActorUnavailableError(f"actor {self.name} closed the call without a reply") from None
         except InvalidArgumentError as e:
@@ -375,6 +389,15 @@ class AsyncActorHandle:
                 err = FtrlTimeoutError(f"call {self.name}.{method}() timed out after {self.timeout:g}s")
             raise err from None
         return codec.decode_parts(data)
+
+    async def _call_stream(self, stub: pb_grpc.ActorStub, header: pb.CallHeader, parts: list) -> bytearray:
+        call = stub.Call(_request_chunks(header, parts), timeout=self.timeout, metadata=self.client._md)
+        replies = call.__aiter__()
+        first = await replies.__anext__()
+        if first.HasField("error"):
+            e = first.error
+            raise ActorError(e.type, e.message, e.traceback)
+        return await assemble(first.data, (c.data async for c in replies), first.total_bytes)
 
     async def state(self) -> Any:
         """The actor's `__ftrl_state__()` (for resyncing a restarted copy)."""

@@ -457,6 +457,11 @@ class ActorStub:
                 request_serializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.SerializeToString,
                 response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.FromString,
                 _registered_method=True)
+        self.CallUnary = channel.unary_unary(
+                '/ftrl.v1.Actor/CallUnary',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.FromString,
+                _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/ftrl.v1.Actor/Ping',
                 request_serializer=ftrl_dot_wire_dot_ftrl__pb2.PingRequest.SerializeToString,
@@ -473,6 +478,15 @@ class ActorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CallUnary(self, request, context):
+        """The same call for a request that fits in one chunk, answered in one message:
+        about 1.5x the calls/s of a stream on loopback. Clients use it for small
+        requests to methods whose replies have been small.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Ping(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -484,6 +498,11 @@ def add_ActorServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Call': grpc.stream_stream_rpc_method_handler(
                     servicer.Call,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.SerializeToString,
+            ),
+            'CallUnary': grpc.unary_unary_rpc_method_handler(
+                    servicer.CallUnary,
                     request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.FromString,
                     response_serializer=ftrl_dot_wire_dot_ftrl__pb2.CallChunk.SerializeToString,
             ),
@@ -518,6 +537,33 @@ class Actor:
             request_iterator,
             target,
             '/ftrl.v1.Actor/Call',
+            ftrl_dot_wire_dot_ftrl__pb2.CallChunk.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.CallChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallUnary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Actor/CallUnary',
             ftrl_dot_wire_dot_ftrl__pb2.CallChunk.SerializeToString,
             ftrl_dot_wire_dot_ftrl__pb2.CallChunk.FromString,
             options,

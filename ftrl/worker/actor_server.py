@@ -48,14 +48,6 @@ def remote_error(exc: BaseException) -> pb.RemoteError:
     return pb.RemoteError(type=name, message=str(exc)[:10_000], traceback=tb[-20_000:])
 
 
-def reply_chunks(result: Any) -> list[pb.CallChunk]:
-    """Encode a result into reply chunks (the first carries the total size)."""
-    parts, total = codec.encode_parts(result)
-    chunks = [pb.CallChunk(data=data) for data in codec.iter_chunks(parts, CHUNK_BYTES)]
-    chunks[0].total_bytes = total
-    return chunks
-
-
 async def read_payload(first: pb.CallChunk, rest: AsyncIterator[pb.CallChunk], total: int) -> bytearray:
     """Collect a chunked payload of exactly `total` bytes into one buffer."""
     if total < 0 or total > MAX_CALL_BYTES:
@@ -93,45 +85,91 @@ class ActorServicer(pb_grpc.ActorServicer):
             uptime_s=time.monotonic() - self.started,
         )
 
+    def _prepare(self, first: pb.CallChunk):
+        """Check a call's header; returns the method to run."""
+        if not first.HasField("header"):
+            raise InvalidArgumentError("the first chunk of a call must carry the header")
+        header = first.header
+        if header.incarnation and header.incarnation != self.incarnation:
+            raise StaleIncarnationError(
+                f"stale incarnation: actor {self.name} is incarnation {self.incarnation}, "
+                f"the call was meant for incarnation {header.incarnation}"
+            )
+        if header.total_bytes < 0 or header.total_bytes > MAX_CALL_BYTES:
+            raise ResourceExhaustedError(
+                f"call payload of {header.total_bytes} bytes exceeds the limit of "
+                f"{MAX_CALL_BYTES} bytes"
+            )
+        return self._method(header.method)
+
+    @staticmethod
+    def _arguments(payload: bytearray | bytes) -> tuple[list, dict]:
+        call = codec.decode_parts(payload) if payload else [[], {}]
+        if (
+            not isinstance(call, list)
+            or len(call) != 2
+            or not isinstance(call[0], list)
+            or not isinstance(call[1], dict)
+            or not all(isinstance(k, str) for k in call[1])
+        ):
+            raise InvalidArgumentError("call payload must be [args list, kwargs map with str keys]")
+        return call[0], call[1]
+
+    async def _execute(self, fn, args: list, kwargs: dict) -> tuple[list, int] | pb.RemoteError:
+        """Run the method; its encoded result, or the error to send back."""
+        self.in_flight += 1
+        try:
+            result = await self._run(fn, args, kwargs)
+            return codec.encode_parts(result)
+        except Exception as e:  # user code raised, or its result is not msgpack-able
+            return remote_error(e)
+        finally:
+            self.in_flight -= 1
+
     async def Call(self, request_iterator, context):
         try:
-            first = await asyncio.wait_for(request_iterator.__anext__(), FIRST_CHUNK_TIMEOUT_S)
+            async with asyncio.timeout(FIRST_CHUNK_TIMEOUT_S):
+                first = await request_iterator.__anext__()
         except (TimeoutError, StopAsyncIteration):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a call needs a header chunk")
             return
         try:
-            header = first.header
-            if not first.HasField("header"):
-                raise InvalidArgumentError("the first chunk of a call must carry the header")
-            if header.incarnation and header.incarnation != self.incarnation:
-                raise StaleIncarnationError(
-                    f"stale incarnation: actor {self.name} is incarnation {self.incarnation}, "
-                    f"the call was meant for incarnation {header.incarnation}"
-                )
-            fn = self._method(header.method)
-            payload = await read_payload(first, request_iterator, header.total_bytes)
-            call = codec.decode_parts(payload) if payload else [[], {}]
-            if (
-                not isinstance(call, list)
-                or len(call) != 2
-                or not isinstance(call[0], list)
-                or not isinstance(call[1], dict)
-            ):
-                raise InvalidArgumentError("call payload must be [args list, kwargs map]")
+            fn = self._prepare(first)
+            payload = await read_payload(first, request_iterator, first.header.total_bytes)
+            args, kwargs = self._arguments(payload)
         except FtrlError as e:
             await context.abort(*status_of(e))
             return
-        self.in_flight += 1
-        try:
-            result = await self._run(fn, call[0], call[1])
-            chunks = reply_chunks(result)
-        except Exception as e:  # user code raised, or its result is not msgpack-able
-            yield pb.CallChunk(error=remote_error(e))
+        outcome = await self._execute(fn, args, kwargs)
+        if isinstance(outcome, pb.RemoteError):
+            yield pb.CallChunk(error=outcome)
             return
-        finally:
-            self.in_flight -= 1
-        for chunk in chunks:
-            yield chunk
+        parts, total = outcome
+        first_reply = True
+        for data in codec.iter_chunks(parts, CHUNK_BYTES):
+            if first_reply:
+                yield pb.CallChunk(data=data, total_bytes=total)
+                first_reply = False
+            else:
+                yield pb.CallChunk(data=data)
+
+    async def CallUnary(self, request, context):
+        try:
+            fn = self._prepare(request)
+            if len(request.data) != request.header.total_bytes:
+                raise InvalidArgumentError(
+                    f"a unary call must carry its whole payload: {len(request.data)} of "
+                    f"{request.header.total_bytes} bytes")
+            args, kwargs = self._arguments(request.data)
+        except FtrlError as e:
+            await context.abort(*status_of(e))
+            return None
+        outcome = await self._execute(fn, args, kwargs)
+        if isinstance(outcome, pb.RemoteError):
+            return pb.CallChunk(error=outcome)
+        parts, total = outcome
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return pb.CallChunk(data=data, total_bytes=total)
 
     async def _run(self, fn, args: list, kwargs: dict) -> Any:
         if inspect.iscoroutinefunction(fn):
@@ -144,10 +182,16 @@ class ActorServicer(pb_grpc.ActorServicer):
 
 
 def new_actor_server(servicer: ActorServicer, security, max_message: int) -> aio.Server:
-    """A grpc.aio server for one actor with auth interceptors and size caps."""
+    """A grpc.aio server for one actor with auth interceptors and size caps.
+
+    Requests are capped at `max_message` (streamed calls come in 1 MiB chunks);
+    a unary reply carries a whole result, so replies may reach MAX_CALL_BYTES.
+    """
     from ftrl.wire.grpcopts import server_options
     from ftrl.wire.strict import add_servicer
 
-    server = aio.server(options=server_options(max_message), interceptors=security.interceptors())
+    options = [o for o in server_options(max_message) if o[0] != "grpc.max_send_message_length"]
+    options.append(("grpc.max_send_message_length", MAX_CALL_BYTES + CHUNK_BYTES))
+    server = aio.server(options=options, interceptors=security.interceptors())
     add_servicer(pb_grpc.add_ActorServicer_to_server, servicer, server)
     return server
