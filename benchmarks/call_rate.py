@@ -12,9 +12,8 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, emit, env_with_repo
-
 import numpy as np
+from common import ROOT, emit, env_with_repo
 
 from ftrl.client.cluster import LocalCluster
 

@@ -40,7 +40,7 @@ def machine() -> dict[str, Any]:
 def summary(values: list[float], digits: int = 4) -> dict[str, float]:
     """median / p90 / min / max / mean of `values`."""
     ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return {
         "n": len(values),
         "median": round(statistics.median(ordered), digits),

@@ -22,9 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit, env_with_repo, summary
-
 import psutil
+from common import emit, env_with_repo, summary
 
 from ftrl.client.aio import AsyncClient
 from ftrl.wire import ftrl_pb2 as pb

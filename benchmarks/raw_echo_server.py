@@ -9,8 +9,6 @@ Prints its port on stdout, then serves until killed.
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 from grpc import aio
 
