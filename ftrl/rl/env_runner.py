@@ -453,11 +453,18 @@ class EnvRunner:
                 "worker_index": self.worker_index,
             }
 
-    def evaluate(self, num_episodes: int | None = None, num_timesteps: int | None = None, explore: bool | None = None) -> dict[str, Any]:
+    def evaluate(
+        self,
+        num_episodes: int | None = None,
+        num_timesteps: int | None = None,
+        explore: bool | None = None,
+        max_env_steps: int = 1_000_000,
+    ) -> dict[str, Any]:
         """Run fresh episodes (all sub-envs reset first) without learning or filter updates.
 
-        Stops after `num_episodes` finished episodes or `num_timesteps` env steps
-        (rounded up to whole vector steps). Returns {"returns", "lengths", "env_steps"}.
+        Stops after `num_episodes` finished episodes (or `max_env_steps`, so an env that
+        never ends cannot hang it) or `num_timesteps` env steps (rounded up to whole
+        vector steps). Returns {"returns", "lengths", "env_steps"}.
         """
         if (num_episodes is None) == (num_timesteps is None):
             raise ValueError("evaluate() needs exactly one of num_episodes or num_timesteps")
@@ -469,7 +476,7 @@ class EnvRunner:
             if num_timesteps is not None:
                 self._run(max(1, math.ceil(num_timesteps / self.num_envs)), explore, record=False)
             else:
-                while len(self._done_returns) < num_episodes:
+                while len(self._done_returns) < num_episodes and self.env_steps_total - steps_before < max_env_steps:
                     self._run(1000, explore, record=False, max_episodes=num_episodes)
             episodes = self._take_episodes()
             if num_episodes is not None:

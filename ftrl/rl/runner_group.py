@@ -148,9 +148,10 @@ class EnvRunnerGroup:
         all and raise if any is not healthy. Without it, failed ones start recovering."""
         validate = self.config.env_runners_cfg.validate_env_runners_after_construction
         errors: list[str] = []
-        for slot in self.slots:
+        creating = {slot.index: self._pool.submit(self._create, slot) for slot in self.slots}
+        for slot in self.slots:  # created in parallel: each may take a process start
             try:
-                self._create(slot)
+                creating[slot.index].result()
             except FtrlError as e:
                 errors.append(f"{slot.name}: {_describe(e)}")
                 slot.last_error = _describe(e)
