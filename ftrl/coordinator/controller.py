@@ -636,6 +636,15 @@ class Controller:
                 f"({rec.state.value})"
             )
 
+    def actor_info(self, rec: ActorRecord) -> pb.ActorInfo:
+        """The record's proto view, with how long it is sure to stay current."""
+        info = rec.to_proto()
+        node = self.nodes.get(rec.node_id)
+        if rec.state == ActorState.ALIVE and node is not None and node.state != NodeState.LOST:
+            deadline = node.last_heartbeat + self.config.heartbeat_timeout_s
+            info.valid_for_s = max(0.0, deadline - self.clock())
+        return info
+
     def cluster_info(self) -> pb.ClusterInfo:
         return pb.ClusterInfo(
             coordinator_id=self.coordinator_id,

@@ -209,7 +209,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
             rec = self.c.get_actor(request.name)
-        return rec.to_proto()
+        return self.c.actor_info(rec)
 
     @_unary
     async def ListActors(self, request, context):

@@ -97,7 +97,7 @@ class ActorSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., class_path: _Optional[str] = ..., kwargs: _Optional[bytes] = ..., max_restarts: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., owner: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., env: _Optional[bytes] = ...) -> None: ...
 
 class ActorInfo(_message.Message):
-    __slots__ = ("name", "class_path", "node_id", "address", "pid", "state", "restarts", "incarnation", "owner", "death_reason", "node_epoch", "state_since", "resources", "max_restarts", "error_type")
+    __slots__ = ("name", "class_path", "node_id", "address", "pid", "state", "restarts", "incarnation", "owner", "death_reason", "node_epoch", "state_since", "resources", "max_restarts", "error_type", "valid_for_s")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class ActorInfo(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    VALID_FOR_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     class_path: str
     node_id: str
@@ -135,7 +136,8 @@ class ActorInfo(_message.Message):
     resources: _containers.ScalarMap[str, float]
     max_restarts: int
     error_type: str
-    def __init__(self, name: _Optional[str] = ..., class_path: _Optional[str] = ..., node_id: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ActorState, str]] = ..., restarts: _Optional[int] = ..., incarnation: _Optional[int] = ..., owner: _Optional[str] = ..., death_reason: _Optional[str] = ..., node_epoch: _Optional[int] = ..., state_since: _Optional[float] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_restarts: _Optional[int] = ..., error_type: _Optional[str] = ...) -> None: ...
+    valid_for_s: float
+    def __init__(self, name: _Optional[str] = ..., class_path: _Optional[str] = ..., node_id: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ActorState, str]] = ..., restarts: _Optional[int] = ..., incarnation: _Optional[int] = ..., owner: _Optional[str] = ..., death_reason: _Optional[str] = ..., node_epoch: _Optional[int] = ..., state_since: _Optional[float] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_restarts: _Optional[int] = ..., error_type: _Optional[str] = ..., valid_for_s: _Optional[float] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
     __slots__ = ("node_id", "address", "state", "resources", "available", "slots", "actors", "failures", "last_heartbeat_age_s", "epoch", "hostname", "pid", "connected")

@@ -33,6 +33,7 @@ from ftrl.wire.errors import (
     status_of,
 )
 from ftrl.wire.limits import CHUNK_BYTES, MAX_CALL_BYTES, check_method
+from ftrl.worker.fence import CallerFence
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,10 @@ async def read_payload(first: pb.CallChunk, rest: AsyncIterator[pb.CallChunk], t
 class ActorServicer(pb_grpc.ActorServicer):
     """Serves one user object as incarnation `incarnation` of actor `name`."""
 
-    def __init__(self, obj: Any, name: str, incarnation: int, max_concurrency: int = 1) -> None:
+    def __init__(self, obj: Any, name: str, incarnation: int, max_concurrency: int = 1,
+                 fence: CallerFence | None = None) -> None:
         self.obj = obj
+        self.fence = fence
         self.name = name
         self.incarnation = incarnation
         self.class_path = f"{type(obj).__module__}:{type(obj).__qualname__}"
@@ -135,6 +138,8 @@ class ActorServicer(pb_grpc.ActorServicer):
             return
         try:
             fn = self._prepare(first)
+            if self.fence is not None and first.header.caller:
+                await self.fence.check(first.header.caller)
             payload = await read_payload(first, request_iterator, first.header.total_bytes)
             args, kwargs = self._arguments(payload)
         except FtrlError as e:
@@ -156,6 +161,8 @@ class ActorServicer(pb_grpc.ActorServicer):
     async def CallUnary(self, request, context):
         try:
             fn = self._prepare(request)
+            if self.fence is not None and request.header.caller:
+                await self.fence.check(request.header.caller)
             if len(request.data) != request.header.total_bytes:
                 raise InvalidArgumentError(
                     f"a unary call must carry its whole payload: {len(request.data)} of "

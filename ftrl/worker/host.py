@@ -121,7 +121,18 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
         write_frame(ctl_out, {"kind": "start_failed", "error_type": err.type, "message": err.message,
                               "traceback": err.traceback})
         return 3
-    servicer = ActorServicer(obj, spec.name, incarnation, spec.max_concurrency or 1)
+    fence = None
+    if msg.get("coordinator"):
+        from ftrl.client.aio import AsyncClient
+        from ftrl.worker.fence import CallerFence
+
+        coordinator = AsyncClient(msg["coordinator"], security=security, timeout=2.0)
+
+        async def lookup(name: str) -> pb.ActorInfo:
+            return await coordinator._rpc("GetActor", pb.GetActorRequest(name=name))
+
+        fence = CallerFence(lookup)
+    servicer = ActorServicer(obj, spec.name, incarnation, spec.max_concurrency or 1, fence)
     server = new_actor_server(servicer, security, MAX_ACTOR_MESSAGE)
     port = bind(server, f"{msg['bind_host']}:0", security)
     await server.start()
