@@ -431,9 +431,10 @@ class EnvRunner:
         Returns {"batch": fragment (see ftrl.rl.sample_batch), "episodes": {"returns",
         "lengths"} of episodes finished during this call, "env_steps": T*E,
         "weights_version", "filter_delta", "num_sub_env_restarts" (cumulative),
-        "worker_index"}.
+        "sub_env_restarts" (during this call), "worker_index", "sample_time_s"}.
         """
         with self._lock:
+            t0 = time.perf_counter()
             restarts_before = self.num_sub_env_restarts
             try:
                 batch = self._run(self.fragment_length, self.explore if explore is None else explore, record=True)
@@ -451,6 +452,7 @@ class EnvRunner:
                 "num_sub_env_restarts": self.num_sub_env_restarts,
                 "sub_env_restarts": self.num_sub_env_restarts - restarts_before,
                 "worker_index": self.worker_index,
+                "sample_time_s": time.perf_counter() - t0,
             }
 
     def evaluate(
