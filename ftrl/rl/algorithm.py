@@ -98,6 +98,10 @@ class Algorithm:
         self.restored_from: Path | None = None
         if resume:
             self._resume()
+        elif self.metrics_log is not None and self.metrics_log.path.exists():
+            # a fresh run: iterations restart at 1, so old lines would repeat them
+            dropped = self.metrics_log.truncate_after(0)
+            log.warning("fresh run in %s: dropped %d old metrics lines", self.output_dir, dropped)
         # runners
         self._own_client = False
         needs_client = cfg.env_runners_cfg.num_env_runners > 0 or (

@@ -210,3 +210,34 @@ def test_ppo_solves_cartpole_in_process():
     assert summary["episode_return_mean"] >= 475.0
     assert summary["env_steps_sampled"] < 150_000
     assert np.isfinite(summary["result"]["learner"]["policy_loss"])
+
+
+def test_ftrl_train_on_a_running_cluster_and_on_an_embedded_one(make_cluster, tmp_path):
+    from ftrl.cli import build_parser
+    from ftrl.rl.train_cli import run_train
+
+    cluster = make_cluster(slots=2)
+    out = tmp_path / "remote"
+    args = build_parser().parse_args([
+        "train", "--env", "CartPole-v1", "--num-env-runners", "2", "--stop-iters", "3", "--output", str(out),
+        "--coordinator", cluster.address, "--token-file", str(cluster.token_file), "--quiet",
+        "--set", "train_batch_size=64", "--set", "minibatch_size=64", "--set", "num_epochs=1",
+    ])
+    assert run_train(args) == 0
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["iteration"] == 3 and last["num_healthy_env_runners"] == 2
+    # the job's runners were stopped at the end
+    client = cluster.client()
+    assert all(a["state"] == "DEAD" for a in client.actors() if "/env_runner/" in a["name"])
+
+    out = tmp_path / "embedded"
+    env = {**os.environ, **cluster_env()}
+    done = subprocess.run(
+        [sys.executable, "-m", "ftrl", "train", "--env", "CartPole-v1", "--num-env-runners", "1",
+         "--stop-iters", "2", "--output", str(out), "--quiet", "--set", "train_batch_size=64",
+         "--set", "minibatch_size=64"],
+        env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["stop_reason"] == "stop_iters" and result["result"]["num_env_runners"] == 1
