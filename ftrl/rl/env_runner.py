@@ -19,6 +19,7 @@ its process dying when `remote_worker_envs=True`):
   `num_sub_env_restarts` counts it;
 - otherwise the error propagates out of `sample()`; the next call rebuilds the envs
   that failed and starts fresh episodes everywhere.
+A remote sub-env that does not answer within `sample_timeout_s` counts as hung (failed).
 """
 
 from __future__ import annotations
@@ -110,9 +111,9 @@ class EnvRunner:
             self._close_envs()
             raise
         self.spec: SpaceSpec = self._envs[0].spec
-        for env in self._envs[1:]:
-            if env.spec != self.spec:
-                raise ConfigError(f"sub-envs of {self.env_id!r} have different spaces")
+        if any(env.spec != self.spec for env in self._envs[1:]):
+            self._close_envs()
+            raise ConfigError(f"sub-envs of {self.env_id!r} have different spaces")
         if space_spec is not None and SpaceSpec.from_dict(space_spec) != self.spec:
             self._close_envs()
             raise ConfigError(
