@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import random
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -443,23 +445,32 @@ class Algorithm:
     # ------------------------------------------------------------------ running to a stop
 
     def run(self, stop: StopCriteria, on_result: Any = None) -> dict[str, Any]:
-        """Train until `stop` is met (or Ctrl-C); checkpoint at the end; write
-        output_dir/result.json. Returns {"stop_reason", "result", "checkpoint", ...}."""
+        """Train until `stop` is met; checkpoint at the end; write output_dir/result.json.
+        Returns {"stop_reason", "result", "checkpoint", ...}.
+
+        Ctrl-C (or SIGTERM) asks for a stop after the current iteration, which then gets
+        the final checkpoint ("stopped"); a second one aborts at once without a final
+        checkpoint ("interrupted"), so a checkpoint never holds a half-done iteration.
+        """
         result: dict[str, Any] | None = None
         reason = stop.met(self._progress())
         error: BaseException | None = None
-        try:
-            while reason is None:
-                result = self.train()
-                if on_result is not None:
-                    on_result(result)
-                reason = stop.met(result)
-        except KeyboardInterrupt:
-            reason = "interrupted"
-        except BaseException as e:
-            reason = "error"
-            error = e
-        summary = self.finish(reason, result, error)
+        aborted = False
+        with _GracefulStop() as stop_requested:
+            try:
+                while reason is None:
+                    result = self.train()
+                    if on_result is not None:
+                        on_result(result)
+                    reason = stop.met(result)
+                    if reason is None and stop_requested.is_set():
+                        reason = "stopped"
+            except KeyboardInterrupt:
+                reason, aborted = "interrupted", True
+            except BaseException as e:
+                reason = "error"
+                error = e
+        summary = self.finish(reason, result, error, final_checkpoint=not aborted)
         if error is not None:
             raise error
         return summary
@@ -471,11 +482,18 @@ class Algorithm:
             "episode_return_mean": self.episodes.stats()["episode_return_mean"],
         }
 
-    def finish(self, reason: str, result: dict[str, Any] | None, error: BaseException | None = None) -> dict[str, Any]:
-        """Final checkpoint (unless the run failed) and result.json."""
+    def finish(
+        self,
+        reason: str,
+        result: dict[str, Any] | None,
+        error: BaseException | None = None,
+        final_checkpoint: bool = True,
+    ) -> dict[str, Any]:
+        """Final checkpoint (unless the run failed or was aborted) and result.json."""
         path = None
         if (
             error is None
+            and final_checkpoint
             and self.checkpoints is not None
             and self.config.checkpointing_cfg.checkpoint_at_end
             and self.iteration > 0
@@ -518,6 +536,35 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# --------------------------------------------------------------------------- signals
+
+
+class _GracefulStop:
+    """While active (main thread only): the first SIGINT/SIGTERM sets the event, the
+    second raises KeyboardInterrupt. Previous handlers come back on exit."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+        log.warning("stop requested: finishing this iteration (again to abort at once)")
+
+    def __enter__(self) -> threading.Event:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._handler)
+        return self.event
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 # --------------------------------------------------------------------------- RNG state on the wire

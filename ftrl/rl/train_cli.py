@@ -17,7 +17,8 @@ Remote env runners need a cluster: `--coordinator` connects to a running one, el
 `cluster_factory(args, config)` makes one (default: the embedded local cluster, real
 coordinator and worker processes, torn down at the end). With num_env_runners=0 (and no
 evaluation runners) nothing is started: sampling happens in this process.
-Ctrl-C (or SIGTERM) stops after writing a final checkpoint and result.json.
+Ctrl-C (or SIGTERM) stops after the current iteration with a final checkpoint and
+result.json; a second Ctrl-C aborts at once (result.json, no final checkpoint).
 """
 
 from __future__ import annotations
@@ -298,13 +299,14 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
     assert summary is not None
     reason = summary["stop_reason"]
     ret = summary.get("episode_return_mean")
+    why = {"stopped": "stopped on request", "interrupted": "aborted"}.get(reason, f"stopped by {reason}")
     print(
-        f"ftrl train: stopped ({reason}) at iteration {summary['iteration']}, "
+        f"ftrl train: {why} at iteration {summary['iteration']}, "
         f"{summary['env_steps_sampled']:,} env steps, return "
         f"{'-' if ret is None else f'{ret:.1f}'}; outputs in {output}",
         file=sys.stderr,
     )
-    return 130 if reason == "interrupted" else 0
+    return 130 if reason in ("interrupted", "stopped") else 0
 
 
 def _positive_int(text: str) -> int:

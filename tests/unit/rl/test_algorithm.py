@@ -4,6 +4,8 @@ training_iteration, remote runners through injected handles, stop and Ctrl-C."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -160,17 +162,30 @@ def test_run_stops_on_criteria_and_on_ctrl_c(tmp_path):
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["iteration"] == 3 and saved["checkpoint"].endswith("checkpoint_00000003.ftrl")
 
+    # first Ctrl-C: the iteration in progress finishes, then a final checkpoint
+    def ctrl_c_once(result):
+        if result["iteration"] == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    summary = algo.run(StopCriteria(stop_iters=10), on_result=ctrl_c_once)
+    assert summary["stop_reason"] == "stopped" and summary["iteration"] == 4
+    assert summary["checkpoint"].endswith("checkpoint_00000004.ftrl")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+    # an abort (second Ctrl-C) mid-iteration writes no checkpoint of a half-done iteration
     calls = {"n": 0}
     original = algo.training_iteration
 
-    def interrupted():
+    def aborted():
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt
         return original()
 
-    algo.training_iteration = interrupted
+    algo.training_iteration = aborted
     summary = algo.run(StopCriteria(stop_iters=10))
-    assert summary["stop_reason"] == "interrupted" and summary["iteration"] == 4
-    assert (tmp_path / "checkpoints" / "checkpoint_00000004.ftrl").exists()
+    assert summary["stop_reason"] == "interrupted" and summary["iteration"] == 5
+    assert not (tmp_path / "checkpoints" / "checkpoint_00000005.ftrl").exists()
+    assert summary["checkpoint"].endswith("checkpoint_00000004.ftrl")
+    assert json.loads((tmp_path / "result.json").read_text())["stop_reason"] == "interrupted"
     algo.stop()
