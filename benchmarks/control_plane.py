@@ -37,8 +37,10 @@ NODES_PER_CHANNEL = 200
 def start_coordinator(timeout_s: float) -> tuple[subprocess.Popen, int]:
     d = Path(tempfile.mkdtemp(prefix="ftrl-cp-"))
     port_file = d / "port"
+    profile = ["-m", "cProfile", "-o", os.environ["FTRL_PROFILE_COORDINATOR"]] \
+        if os.environ.get("FTRL_PROFILE_COORDINATOR") else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ftrl", "--log-level", "WARNING", "coordinator", "--port", "0",
+        [sys.executable, *profile, "-m", "ftrl", "--log-level", "WARNING", "coordinator", "--port", "0",
          "--port-file", str(port_file), "--heartbeat-interval", "1", "--heartbeat-timeout",
          str(timeout_s)],
         env=env_with_repo(), stdout=subprocess.DEVNULL, stderr=open(d / "log", "wb"),
@@ -79,7 +81,7 @@ async def run_count(n: int, seconds: float, port: int) -> dict:
                     latencies.append(time.perf_counter() - t)
 
         rt = asyncio.ensure_future(reader())
-        next_t = time.perf_counter() + random.random()
+        next_t = time.perf_counter()
         seq = 0
         try:
             while not stop.is_set():
@@ -104,9 +106,9 @@ async def run_count(n: int, seconds: float, port: int) -> dict:
 
     wt = asyncio.ensure_future(watch())
     tasks = []
-    for start in range(0, n, 200):  # register in waves
-        tasks += [asyncio.ensure_future(node(i)) for i in range(start, min(n, start + 200))]
-        await asyncio.sleep(0.05)
+    for start in range(0, n, 100):  # join in waves of 100 every 0.2 s (500 nodes/s)
+        tasks += [asyncio.ensure_future(node(i)) for i in range(start, min(n, start + 100))]
+        await asyncio.sleep(0.2)
     deadline = time.perf_counter() + 120
     while registered < n:
         failed = [t for t in tasks if t.done() and t.exception() is not None]

@@ -26,7 +26,7 @@ from ftrl.wire.errors import FtrlError, InvalidArgumentError, status_of
 from ftrl.wire.grpcopts import server_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, RateLimiter, check_name, peer_host
 from ftrl.wire.security import CALLER_HEADER, Security, bind
-from ftrl.wire.strict import add_servicer
+from ftrl.wire.strict import add_servicer, check
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +116,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     async def Connect(self, request_iterator, context) -> AsyncIterator[pb.CoordinatorMessage]:
         try:
-            first = await asyncio.wait_for(request_iterator.__anext__(), timeout=30)
+            async with asyncio.timeout(30):
+                first = await request_iterator.__anext__()
         except (TimeoutError, StopAsyncIteration):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Connect needs a first message")
             return
-        node_id, epoch = first.node_id, first.epoch
         try:
+            node_id, epoch = check(first).node_id, first.epoch
             self.c.connect_node(node_id, epoch)
         except FtrlError as e:
             await context.abort(*status_of(e))
@@ -152,13 +153,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             await context.abort(*status_of(error[0]))
 
     async def _read_node(self, requests, node_id: str, epoch: int, stream: _NodeStream, error: list) -> None:
+        # Acks renew the worker's lease (send time + 80% of the timeout); every
+        # `ack_every`-th heartbeat is enough and halves the coordinator's writes.
+        cfg = self.c.config
+        ack_every = max(1, int(cfg.heartbeat_timeout_s / (2.5 * cfg.heartbeat_interval_s)))
         try:
             async for msg in requests:
+                check(msg)
                 if msg.node_id != node_id or msg.epoch != epoch:
                     raise InvalidArgumentError("node id and epoch must not change within a stream")
                 if msg.HasField("heartbeat"):
                     self.c.heartbeat(node_id, epoch)
-                    stream.put(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=msg.heartbeat.seq)))
+                    if msg.heartbeat.seq % ack_every == 0:
+                        stream.put(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=msg.heartbeat.seq)))
                 elif msg.HasField("report"):
                     self.c.report(node_id, epoch, msg.report)
         except FtrlError as e:
@@ -266,7 +273,8 @@ class CoordinatorServer:
         opts = [o for o in opts if o[0] != "grpc.max_send_message_length"]
         opts.append(("grpc.max_send_message_length", 64 << 20))
         server = aio.server(options=opts, interceptors=self.security.interceptors())
-        add_servicer(pb_grpc.add_CoordinatorServicer_to_server, self.servicer, server)
+        add_servicer(pb_grpc.add_CoordinatorServicer_to_server, self.servicer, server,
+                     self_checked=frozenset({"Connect"}))
         health_servicer = health.aio.HealthServicer()
         for service in ("", "ftrl.v1.Coordinator"):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)

@@ -33,6 +33,7 @@ from ftrl.wire.errors import (
     status_of,
 )
 from ftrl.wire.limits import CHUNK_BYTES, MAX_CALL_BYTES, check_method
+from ftrl.wire.strict import add_servicer, check
 from ftrl.worker.fence import CallerFence
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ async def read_payload(first: pb.CallChunk, rest: AsyncIterator[pb.CallChunk], t
         raise ResourceExhaustedError(
             f"call payload of {total} bytes exceeds the limit of {MAX_CALL_BYTES} bytes"
         )
-    return await assemble(first.data, (chunk.data async for chunk in rest), total)
+    return await assemble(first.data, (check(chunk).data async for chunk in rest), total)
 
 
 class ActorServicer(pb_grpc.ActorServicer):
@@ -137,7 +138,7 @@ class ActorServicer(pb_grpc.ActorServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a call needs a header chunk")
             return
         try:
-            fn = self._prepare(first)
+            fn = self._prepare(check(first))
             if self.fence is not None and first.header.caller:
                 await self.fence.check(first.header.caller)
             payload = await read_payload(first, request_iterator, first.header.total_bytes)
@@ -195,10 +196,9 @@ def new_actor_server(servicer: ActorServicer, security, max_message: int) -> aio
     a unary reply carries a whole result, so replies may reach MAX_CALL_BYTES.
     """
     from ftrl.wire.grpcopts import server_options
-    from ftrl.wire.strict import add_servicer
 
     options = [o for o in server_options(max_message) if o[0] != "grpc.max_send_message_length"]
     options.append(("grpc.max_send_message_length", MAX_CALL_BYTES + CHUNK_BYTES))
     server = aio.server(options=options, interceptors=security.interceptors())
-    add_servicer(pb_grpc.add_ActorServicer_to_server, servicer, server)
+    add_servicer(pb_grpc.add_ActorServicer_to_server, servicer, server, self_checked=frozenset({"Call"}))
     return server

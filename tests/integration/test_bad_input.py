@@ -142,6 +142,14 @@ def test_unknown_and_private_methods(client, healthy, actors):
     assert client.actor("methods")["pid"] == pid
 
 
+def _payload(obj) -> bytes:
+    """A call payload as the SDK sends it."""
+    parts, total = codec.encode_parts(obj)
+    data = b"".join(bytes(p) for p in parts)
+    assert len(data) == total
+    return data
+
+
 def test_raw_calls_with_bad_payloads(shared_cluster, client, healthy, actors):
     h = actors("target", kwargs={"start": 7})
     rec = client.actor("target")
@@ -152,51 +160,63 @@ def test_raw_calls_with_bad_payloads(shared_cluster, client, healthy, actors):
         def call(*chunks, metadata=md):
             return _status(stub.Call, iter(chunks), metadata=metadata, timeout=10)
 
+        def unary(chunk, metadata=md):
+            return _status(stub.CallUnary, chunk, metadata=metadata, timeout=10)
+
         def header(method="incr", total=0, incarnation=0):
             return pb.CallHeader(method=method, total_bytes=total, incarnation=incarnation)
 
         garbage = b"\xc1\xff\x00garbage"
-        cases = [
-            (call(pb.CallChunk(header=header(total=len(garbage)), data=garbage)),
-             grpc.StatusCode.INVALID_ARGUMENT, "malformed payload"),
-            (call(pb.CallChunk(header=header(total=1), data=codec.encode(7))),
-             grpc.StatusCode.INVALID_ARGUMENT, "[args list, kwargs map]"),
-            (call(pb.CallChunk(header=header(total=100), data=codec.encode([[], {}]))),
-             grpc.StatusCode.INVALID_ARGUMENT, "header says 100"),
-            (call(pb.CallChunk(data=b"no header")),
-             grpc.StatusCode.INVALID_ARGUMENT, "header"),
-            (call(pb.CallChunk(header=header(method="__init__"))),
-             grpc.StatusCode.INVALID_ARGUMENT, "private"),
-            (call(pb.CallChunk(header=header(method="nope"))),
-             grpc.StatusCode.UNIMPLEMENTED, "no method 'nope'"),
-            (call(pb.CallChunk(header=header(incarnation=rec["incarnation"] + 5))),
-             grpc.StatusCode.FAILED_PRECONDITION, "stale incarnation"),
-            (call(pb.CallChunk(header=header(total=MAX_CALL_BYTES + 1))),
-             grpc.StatusCode.RESOURCE_EXHAUSTED, "exceeds the limit"),
-            (call(pb.CallChunk(header=header(total=BIG), data=b"\x00" * BIG)),
-             grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
-            (call(pb.CallChunk(header=header()), metadata=()),
-             grpc.StatusCode.UNAUTHENTICATED, "missing cluster token"),
-            (call(pb.CallChunk(header=header()), metadata=(("authorization", "Bearer wrong"),)),
-             grpc.StatusCode.UNAUTHENTICATED, "wrong cluster token"),
-        ]
+        not_a_call = _payload(7)
+        short = _payload([[], {}])
+        cases = []
+        for send in (call, unary):
+            cases += [
+                (send(pb.CallChunk(header=header(total=len(garbage)), data=garbage)),
+                 grpc.StatusCode.INVALID_ARGUMENT, "malformed payload"),
+                (send(pb.CallChunk(header=header(total=len(b"\x01")), data=b"\x01")),
+                 grpc.StatusCode.INVALID_ARGUMENT, "malformed payload"),
+                (send(pb.CallChunk(header=header(total=len(not_a_call)), data=not_a_call)),
+                 grpc.StatusCode.INVALID_ARGUMENT, "[args list, kwargs map"),
+                (send(pb.CallChunk(header=header(total=100), data=short)),
+                 grpc.StatusCode.INVALID_ARGUMENT, "100"),
+                (send(pb.CallChunk(data=b"no header")),
+                 grpc.StatusCode.INVALID_ARGUMENT, "header"),
+                (send(pb.CallChunk(header=header(method="__init__"))),
+                 grpc.StatusCode.INVALID_ARGUMENT, "private"),
+                (send(pb.CallChunk(header=header(method="nope"))),
+                 grpc.StatusCode.UNIMPLEMENTED, "no method 'nope'"),
+                (send(pb.CallChunk(header=header(incarnation=rec["incarnation"] + 5))),
+                 grpc.StatusCode.FAILED_PRECONDITION, "stale incarnation"),
+                (send(pb.CallChunk(header=header(total=MAX_CALL_BYTES + 1))),
+                 grpc.StatusCode.RESOURCE_EXHAUSTED, "exceeds the limit"),
+                (send(pb.CallChunk(header=header(total=BIG), data=b"\x00" * BIG)),
+                 grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
+                (send(pb.CallChunk(header=header()), metadata=()),
+                 grpc.StatusCode.UNAUTHENTICATED, "missing cluster token"),
+                (send(pb.CallChunk(header=header()), metadata=(("authorization", "Bearer wrong"),)),
+                 grpc.StatusCode.UNAUTHENTICATED, "wrong cluster token"),
+            ]
         for (code, details), want_code, want_text in cases:
             assert code == want_code, (want_text, code, details)
             assert want_text in details, (want_code, details)
 
         # bytes that are not a protobuf message at all
-        raw = channel.stream_stream("/ftrl.v1.Actor/Call")
-        code, details = _status(raw, iter([b"\xff\xff\xff\xffnot protobuf"]), metadata=md, timeout=10)
-        assert code == grpc.StatusCode.INVALID_ARGUMENT and "malformed Actor.Call request" in details
-        raw_ping = channel.unary_unary("/ftrl.v1.Actor/Ping")
-        code, details = _status(raw_ping, b"\xff\xff\xff", metadata=md, timeout=10)
-        assert code == grpc.StatusCode.INVALID_ARGUMENT and "malformed Actor.Ping request" in details
+        for method, streaming in (("Call", True), ("CallUnary", False), ("Ping", False)):
+            if streaming:
+                raw = channel.stream_stream(f"/ftrl.v1.Actor/{method}")
+                code, details = _status(raw, iter([b"\xff\xff\xff\xffnot protobuf"]), metadata=md, timeout=10)
+            else:
+                raw = channel.unary_unary(f"/ftrl.v1.Actor/{method}")
+                code, details = _status(raw, b"\xff\xff\xff\xffnot protobuf", metadata=md, timeout=10)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (method, code, details)
+            assert f"malformed Actor.{method} request" in details
 
         # a well-formed raw call still works, on the same connection
-        payload = codec.encode([[2], {}])
+        payload = _payload([[2], {}])
         chunks = list(stub.Call(iter([pb.CallChunk(header=header(total=len(payload)), data=payload)]),
                                 metadata=md, timeout=10))
-        assert codec.decode(chunks[0].data) == 9
+        assert codec.decode_parts(b"".join(c.data for c in chunks)) == 9
     after = client.actor("target")
     assert (after["pid"], after["incarnation"], after["state"]) == (rec["pid"], rec["incarnation"], "ALIVE")
     assert h.call("get") == 9
