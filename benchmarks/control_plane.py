@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import subprocess
 import sys
 import tempfile
