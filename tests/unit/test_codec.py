@@ -179,3 +179,90 @@ json_like = st.recursive(
 @given(json_like)
 def test_roundtrip_of_plain_values(value):
     assert codec.decode(codec.encode(value)) == value
+
+
+# ---------------------------------------------------------------- call payloads (arrays out of band)
+
+
+def _joined(obj) -> bytearray:
+    parts, total = codec.encode_parts(obj)
+    data = bytearray(b"".join(bytes(p) for p in parts))
+    assert len(data) == total
+    return data
+
+
+def test_call_payload_roundtrip_with_out_of_band_arrays():
+    big = np.arange(codec.OOB_MIN_BYTES // 4 + 3, dtype=np.float32)  # out of band
+    odd = np.arange(codec.OOB_MIN_BYTES + 1, dtype=np.int8)  # out of band, odd size
+    small = np.arange(6, dtype=np.int64).reshape(2, 3)  # in band
+    strided = np.arange(4 * codec.OOB_MIN_BYTES, dtype=np.float64).reshape(-1, 4)[:, ::2]
+    scalar = np.array(2.5)
+    value = [[odd, {"big": big, "small": small}], {"strided": strided, "scalar": scalar, 0: "k"}]
+    out = codec.decode_parts(_joined(value))
+    args, kwargs = out
+    np.testing.assert_array_equal(args[0], odd)
+    np.testing.assert_array_equal(args[1]["big"], big)
+    np.testing.assert_array_equal(args[1]["small"], small)
+    np.testing.assert_array_equal(kwargs["strided"], strided)
+    assert kwargs["scalar"].shape == () and kwargs["scalar"] == 2.5
+    assert kwargs[0] == "k"
+    assert args[1]["big"].dtype == np.float32 and args[1]["big"].flags.writeable
+    # plain values need no array area
+    assert codec.decode_parts(_joined({"a": [1, 2]})) == {"a": [1, 2]}
+
+
+def _oob_ref(dtype: bytes, shape: tuple[int, ...], offset: int, nbytes: int) -> msgpack.ExtType:
+    header = struct.pack(f"<B{len(dtype)}sB{len(shape)}Q", len(dtype), dtype, len(shape), *shape)
+    return msgpack.ExtType(codec.OOB_EXT, header + struct.pack("<QQ", offset, nbytes))
+
+
+def _call_payload(meta_obj, area: bytes = b"") -> bytes:
+    meta = msgpack.packb(meta_obj, use_bin_type=True)
+    return struct.pack("<I", len(meta)) + meta + area
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"", b"\x01", b"\x01\x02\x03",
+        struct.pack("<I", 100) + b"\x90",  # meta longer than the payload
+        _call_payload([1])[:-1],
+        _call_payload([_oob_ref(b"<f4", (4,), 0, 16)], b"\x00" * 8),  # outside the area
+        _call_payload([_oob_ref(b"<f4", (4,), 2**63, 16)], b"\x00" * 16),
+        _call_payload([_oob_ref(b"<f4", (4,), 0, 12)], b"\x00" * 16),  # size disagrees with shape
+        _call_payload([_oob_ref(b"|O", (1,), 0, 8)], b"\x00" * 8),
+        _call_payload([msgpack.ExtType(codec.OOB_EXT, b"\x03<f4\x01" + b"\x00" * 8)]),  # no tail
+        _call_payload([msgpack.ExtType(9, b"x")]),
+    ],
+)
+def test_malformed_call_payloads(payload):
+    with pytest.raises(InvalidArgumentError):
+        codec.decode_parts(bytearray(payload))
+
+
+def test_oversized_call_payload():
+    with pytest.raises(ResourceExhaustedError):
+        codec.decode_parts(bytearray(100), codec.DecodeLimits(max_bytes=99))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=256))
+def test_random_call_payloads_raise_only_codec_errors(data):
+    try:
+        codec.decode_parts(bytearray(data))
+    except (InvalidArgumentError, ResourceExhaustedError):
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10_000), st.integers(0, 255), st.integers(0, 64))
+def test_mutated_call_payloads_raise_only_codec_errors(position, byte, cut):
+    arr = np.arange(codec.OOB_MIN_BYTES // 8, dtype=np.float64)
+    valid = _joined([[arr, np.ones(3, np.int8)], {"x": "y"}])
+    meta_end = 4 + struct.unpack_from("<I", valid)[0]
+    valid[position % meta_end] = byte  # the length prefix and meta are what is parsed
+    for data in (valid, valid[: len(valid) - cut]):
+        try:
+            codec.decode_parts(bytearray(data))
+        except (InvalidArgumentError, ResourceExhaustedError):
+            pass
