@@ -76,6 +76,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, state_dir=args.state_dir,
         heartbeat_interval_s=args.heartbeat_interval, heartbeat_timeout_s=args.heartbeat_timeout,
         max_node_failures=args.max_node_failures, port_file=args.port_file,
+        create_rate=args.create_rate, create_burst=args.create_burst,
     )
     if not 0 < opts.heartbeat_interval_s < opts.heartbeat_timeout_s:
         raise ConfigError("--heartbeat-interval must be smaller than --heartbeat-timeout")
@@ -165,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="actor failures after which a node is excluded (-1 = never)")
     p.add_argument("--http-port", type=int, help="(reserved) HTTP status port")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
+    p.add_argument("--create-rate", type=_positive(float), default=200.0, metavar="N",
+                   help="CreateActor calls per second allowed per peer host (default 200)")
+    p.add_argument("--create-burst", type=_positive(float), default=2000.0, metavar="N",
+                   help="CreateActor calls a peer host may make at once (default 2000)")
     _add_security(p, server=True)
     p.set_defaults(fn=cmd_coordinator)
 

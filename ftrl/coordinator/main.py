@@ -25,6 +25,8 @@ class CoordinatorOptions:
     heartbeat_timeout_s: float = 5.0
     max_node_failures: int = 100
     port_file: str | None = None
+    create_rate: float = 200.0  # CreateActor calls per second per peer host
+    create_burst: float = 2000.0
 
 
 async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Event | None = None) -> None:
@@ -36,7 +38,8 @@ async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Even
         max_node_failures=opts.max_node_failures,
     )
     controller = Controller(config)
-    server = CoordinatorServer(controller, security, opts.host, opts.port)
+    server = CoordinatorServer(controller, security, opts.host, opts.port,
+                               create_rate=opts.create_rate, create_burst=opts.create_burst)
     port = await server.start()
     if stop is None:
         stop = asyncio.Event()

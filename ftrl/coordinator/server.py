@@ -258,13 +258,15 @@ class CoordinatorServer:
         host: str = "127.0.0.1",
         port: int = 6380,
         tick_interval_s: float = 0.05,
+        create_rate: float = 200.0,
+        create_burst: float = 2000.0,
     ) -> None:
         self.controller = controller
         self.security = security
         self.host = host
         self.port = port
         self.tick_interval_s = tick_interval_s
-        self.servicer = CoordinatorServicer(controller)
+        self.servicer = CoordinatorServicer(controller, create_rate, create_burst)
         self._server: aio.Server | None = None
         self._ticker: asyncio.Task | None = None
 
