@@ -93,7 +93,8 @@ class EnvRunner:
         self.max_restart_attempts = ft.max_num_sub_env_restart_attempts
         self.sub_env_timeout_s = max(run.sample_timeout_s, 1.0)
         seed = cfg.debugging_cfg.seed
-        self._seed = None if seed is None else seed + 10_007 * self.worker_index
+        # distinct seeds per runner, and evaluation runners apart from training ones
+        self._seed = None if seed is None else seed + 10_007 * self.worker_index + (500_009 if evaluation else 0)
         if self._seed is not None:
             torch.manual_seed(self._seed)
         self._lock = threading.RLock()

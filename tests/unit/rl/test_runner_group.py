@@ -87,6 +87,25 @@ def test_restarted_runner_is_resynced_before_it_samples_again():
         assert group.stats()["num_env_runner_failures"] >= 1
 
 
+def test_restarted_runner_gets_the_central_filter_state():
+    from ftrl.rl.filters import MeanStdFilter
+
+    central = MeanStdFilter((4,))
+    central(np.random.default_rng(0).normal(size=(100, 4)))
+    cfg = _config()
+    cfg.env_runners(observation_filter="MeanStdFilter")
+    with LocalClient() as client:
+        group = _group(client, cfg)
+        group.sync_weights(3, _weights(), central.get_state())
+        client.crash_actor("t/env_runner/0")
+        group.sample(16)  # notices the failure, starts the recovery
+        _until(lambda: (group.poll_recoveries(), group.num_healthy == 2)[1])
+        state = group.slots[0].handle.call("get_filter_state")
+        assert state["stats"]["n"] == 100
+        np.testing.assert_allclose(state["stats"]["mean"], central.stats.mean)
+        assert group.slots[0].handle.call("ping")["weights_version"] == 3
+
+
 def test_runner_dying_mid_sample_is_counted_as_lost_and_recovered():
     with LocalClient() as client:
         group = _group(client, _config())
