@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -296,21 +297,27 @@ class AsyncActorHandle:
 
     async def _resolve(self) -> None:
         """Find the incarnation to call. After a failed call, the coordinator may not
-        have heard of the death yet: if it still names the address that just failed,
-        probe it and, if it does not answer, wait for the next incarnation."""
+        have heard of the death yet: while it still names the address that just
+        failed, probe that address, and between probes wait (briefly) for a newer
+        incarnation. A slow but live actor is found again by a later probe."""
         deadline = time.monotonic() + self.resolve_timeout
         failed = self._failed
-        min_incarnation = 0
         while True:
-            info = await self.client.wait_actor(
-                self.name, max(0.0, deadline - time.monotonic()), min_incarnation)
+            remaining = max(0.0, deadline - time.monotonic())
+            info = await self.client.wait_actor(self.name, remaining)
             if info.state == pb.ACTOR_DEAD:
                 raise _dead_error(info)
-            if failed and (info.incarnation, info.address) == failed and min_incarnation == 0:
-                if not await self._answers(info.address, info.incarnation):
-                    min_incarnation = info.incarnation + 1
-                    continue
-            break
+            if not failed or (info.incarnation, info.address) != failed:
+                break
+            if await self._answers(info.address, info.incarnation, timeout=min(2.0, remaining)):
+                break
+            if time.monotonic() >= deadline:
+                raise FtrlTimeoutError(
+                    f"actor {self.name} incarnation {info.incarnation} at {info.address} does not "
+                    f"answer and was not replaced within {self.resolve_timeout:g}s")
+            with contextlib.suppress(FtrlTimeoutError):
+                await self.client.wait_actor(
+                    self.name, min(2.0, max(0.0, deadline - time.monotonic())), info.incarnation + 1)
         if self.strict and self.incarnation and info.incarnation != self.incarnation:
             raise StaleIncarnationError(
                 f"actor {self.name} restarted (incarnation {self.incarnation} -> "

@@ -214,18 +214,23 @@ def _unpack(data: bytes | memoryview, limits: DecodeLimits, ext_hook) -> Any:
 
 OOB_EXT = 2
 OOB_MIN_BYTES = 64 << 10
+OOB_ALIGN = 64  # the array area and every array in it start on a 64-byte boundary
 _META_LEN = struct.Struct("<I")
 _OOB_TAIL = struct.Struct("<QQ")
 
 
 def encode_parts(obj: Any) -> tuple[list[bytes | memoryview], int]:
     """Encode a call payload; returns its parts (to be sent back to back) and total size."""
-    buffers: list[memoryview] = []
+    buffers: list[bytes | memoryview] = []
     offset = 0
 
     def default(o: Any) -> Any:
         nonlocal offset
         if isinstance(o, np.ndarray) and o.nbytes >= OOB_MIN_BYTES and o.ndim > 0:
+            pad = -offset % OOB_ALIGN
+            if pad:
+                buffers.append(bytes(pad))
+                offset += pad
             if o.dtype.kind not in _ALLOWED_KINDS:
                 raise InvalidArgumentError(
                     f"cannot send numpy dtype {o.dtype} (only numeric, bool, str)")
@@ -244,8 +249,10 @@ def encode_parts(obj: Any) -> tuple[list[bytes | memoryview], int]:
         raise
     except (TypeError, ValueError, OverflowError) as e:
         raise InvalidArgumentError(f"cannot encode payload: {e}") from e
-    parts: list[bytes | memoryview] = [_META_LEN.pack(len(meta)), meta, *buffers]
-    return parts, _META_LEN.size + len(meta) + offset
+    head = _META_LEN.size + len(meta)
+    gap = bytes(-head % OOB_ALIGN) if buffers else b""
+    parts: list[bytes | memoryview] = [_META_LEN.pack(len(meta)), meta, gap, *buffers]
+    return parts, head + len(gap) + offset
 
 
 def decode_parts(buf: bytes | bytearray | memoryview, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
@@ -261,7 +268,8 @@ def decode_parts(buf: bytes | bytearray | memoryview, limits: DecodeLimits = DEF
     if meta_len > len(view) - _META_LEN.size:
         raise InvalidArgumentError("malformed payload: meta length exceeds the payload")
     meta = view[_META_LEN.size : _META_LEN.size + meta_len]
-    area = view[_META_LEN.size + meta_len :]
+    head = _META_LEN.size + meta_len
+    area = view[head + (-head % OOB_ALIGN if len(view) > head else 0) :]
 
     def ext_hook(code: int, data: bytes) -> Any:
         if code == NUMPY_EXT:
