@@ -444,16 +444,19 @@ class Algorithm:
 
     # ------------------------------------------------------------------ running to a stop
 
-    def run(self, stop: StopCriteria, on_result: Any = None) -> dict[str, Any]:
+    def run(self, stop: StopCriteria, on_result: Any = None, stop_event: threading.Event | None = None) -> dict[str, Any]:
         """Train until `stop` is met; checkpoint at the end; write output_dir/result.json.
         Returns {"stop_reason", "result", "checkpoint", ...}.
 
-        Ctrl-C (or SIGTERM) asks for a stop after the current iteration, which then gets
-        the final checkpoint ("stopped"); a second one aborts at once without a final
-        checkpoint ("interrupted"), so a checkpoint never holds a half-done iteration.
+        Ctrl-C (or SIGTERM; main thread only) or setting `stop_event` asks for a stop after
+        the current iteration, which then gets the final checkpoint ("stopped"); a second
+        Ctrl-C aborts at once without a final checkpoint ("interrupted"), so a checkpoint
+        never holds a half-done iteration.
         """
         result: dict[str, Any] | None = None
         reason = stop.met(self._progress())
+        if reason is None and stop_event is not None and stop_event.is_set():
+            reason = "stopped"
         error: BaseException | None = None
         aborted = False
         with _GracefulStop() as stop_requested:
@@ -463,7 +466,7 @@ class Algorithm:
                     if on_result is not None:
                         on_result(result)
                     reason = stop.met(result)
-                    if reason is None and stop_requested.is_set():
+                    if reason is None and (stop_requested.is_set() or (stop_event is not None and stop_event.is_set())):
                         reason = "stopped"
             except KeyboardInterrupt:
                 reason, aborted = "interrupted", True

@@ -241,3 +241,37 @@ def test_ftrl_train_on_a_running_cluster_and_on_an_embedded_one(make_cluster, tm
     assert done.returncode == 0, done.stderr
     result = json.loads((out / "result.json").read_text())
     assert result["stop_reason"] == "stop_iters" and result["result"]["num_env_runners"] == 1
+
+
+def test_driver_actor_killed_mid_run_resumes_and_reattaches(make_cluster, tmp_path):
+    import tomllib
+
+    cluster = make_cluster(slots=3, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    job = tomllib.loads(CARTPOLE_JOB.read_text())
+    job["env_runners"].update(num_env_runners=1, rollout_fragment_length=32)
+    job["checkpointing"] = {"checkpoint_interval": 5, "keep_checkpoints": 3}
+    job["stop"] = {"stop_iters": 70}
+    job["debugging"] = {"seed": 0}
+    out = tmp_path / "job"
+    driver = client.create_actor("ftrl.rl.driver:AlgorithmDriver", name="dj/algorithm",
+                                 kwargs={"job": job, "output_dir": str(out)}, max_restarts=3)
+    wait_until(lambda: (driver.call("status").get("iteration") or 0) >= 12, timeout=120, what="12 iterations")
+    runner_pid = _runner_pids(client, "dj")["dj/env_runner/0"]
+    os.kill(client.actor("dj/algorithm")["pid"], signal.SIGKILL)
+    wait_until(lambda: client.actor("dj/algorithm")["incarnation"] == 2 and client.actor("dj/algorithm")["state"] == "ALIVE",
+               timeout=60, what="driver restart")
+    driver.wait_alive(30)
+    resumed = wait_until(lambda: (s := driver.call("status")).get("stage") == "RUNNING" and s, timeout=60, what="resume")
+    assert resumed["restored_from"].endswith(".ftrl") and 10 <= resumed["iteration"] < 70
+    wait_until(lambda: (driver.call("status").get("iteration") or 0) > resumed["iteration"], timeout=60,
+               what="an iteration after the resume")
+    # the runner kept running through the driver's death and was re-attached, not restarted
+    assert _runner_pids(client, "dj")["dj/env_runner/0"] == runner_pid
+    assert driver.call("status")["num_env_runner_restarts"] == 0
+    status = driver.call("wait", 180.0)
+    assert status["stage"] == "FINISHED", status
+    assert status["incarnation"] == 2
+    assert status["summary"]["iteration"] == 70
+    iterations = [json.loads(x)["iteration"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == list(range(1, 71))

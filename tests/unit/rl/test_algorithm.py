@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -189,3 +190,31 @@ def test_run_stops_on_criteria_and_on_ctrl_c(tmp_path):
     assert summary["checkpoint"].endswith("checkpoint_00000004.ftrl")
     assert json.loads((tmp_path / "result.json").read_text())["stop_reason"] == "interrupted"
     algo.stop()
+
+
+def test_driver_runs_a_job_in_the_background_and_stops_on_request(tmp_path):
+    from ftrl.rl.driver import AlgorithmDriver
+
+    job = {
+        "environment": {"env": "CartPole-v1"},
+        "env_runners": {"num_envs_per_env_runner": 2, "rollout_fragment_length": 16},
+        "training": {"train_batch_size": 32, "minibatch_size": 32, "num_epochs": 1},
+        "stop": {"stop_iters": 3},
+    }
+    driver = AlgorithmDriver(job, str(tmp_path / "a"))
+    status = driver.wait(60)
+    assert status["stage"] == "FINISHED" and status["iteration"] == 3
+    assert status["summary"]["stop_reason"] == "stop_iters"
+
+    job["stop"] = {"stop_iters": 100_000}
+    driver = AlgorithmDriver(job, str(tmp_path / "b"))
+    deadline = time.monotonic() + 30
+    while (driver.status().get("iteration") or 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    status = driver.stop()
+    status = driver.wait(60)
+    assert status["stage"] == "STOPPED" and status["summary"]["stop_reason"] == "stopped"
+    assert (tmp_path / "b" / "result.json").exists()
+
+    with pytest.raises(ConfigError, match="did you mean 'lr'"):
+        AlgorithmDriver({"environment": {"env": "CartPole-v1"}, "lrr": 1}, str(tmp_path / "c"))
