@@ -61,6 +61,22 @@ MAX_RUNNING_REPORTED = 10_000
 #: How many incarnations a worker may use for local restarts before asking again.
 LOCAL_RESTART_RANGE = 1000
 _DEDUP_KEYS = 100_000
+#: Incarnations and restart ranges stay far below int64 (so +1 and +range never overflow).
+MAX_INCARNATION = 1 << 53
+
+
+def check_running(ra: pb.RunningActor) -> None:
+    """Validate an actor a worker reports it runs before we adopt or trust it."""
+    spec = ra.spec
+    check_class_path(spec.class_path)
+    check_resources(dict(spec.resources), "actor resources")
+    if not (0 < ra.incarnation < MAX_INCARNATION and 0 <= ra.local_until < MAX_INCARNATION):
+        raise InvalidArgumentError(
+            f"incarnation {ra.incarnation} (local_until {ra.local_until}) is out of range")
+    if ra.restarts < 0 or spec.max_restarts < -1 or not 0 <= spec.max_concurrency <= 1024:
+        raise InvalidArgumentError("restarts, max_restarts or max_concurrency out of range")
+    if len(spec.kwargs) > MAX_KWARGS_BYTES:
+        raise InvalidArgumentError(f"kwargs of {len(spec.kwargs)} bytes; the limit is {MAX_KWARGS_BYTES}")
 
 
 @dataclass
@@ -233,6 +249,12 @@ class Controller:
             try:
                 check_name(name, "actor name")
             except InvalidArgumentError:
+                continue
+            try:
+                check_running(ra)
+            except InvalidArgumentError as e:
+                stops.append(pb.StopActor(name=name, incarnation=ra.incarnation,
+                                          reason=f"refused: {e}", fenced=True))
                 continue
             reported.add(name)
             rec = self.actors.get(name)
@@ -489,6 +511,9 @@ class Controller:
     def report(self, node_id: str, epoch: int, r: pb.ActorReport) -> None:
         """A worker tells us what happened to one of its actors."""
         node = self.node(node_id, epoch)
+        if not (0 < r.incarnation < MAX_INCARNATION and 0 <= r.next_incarnation < MAX_INCARNATION):
+            log.warning("node %s reported %s with an incarnation out of range; ignored", node_id, r.name)
+            return
         if self._dedup(r.name, r.incarnation, r.kind):
             return
         rec = self.actors.get(r.name)
@@ -565,6 +590,11 @@ class Controller:
                 isinstance(k, str) and isinstance(v, str) for k, v in env.items()
             ):
                 raise InvalidArgumentError("actor env must be a map of strings to strings")
+            for key, value in env.items():
+                if not key or "=" in key or "\0" in key or "\0" in value:
+                    raise InvalidArgumentError(
+                        f"actor env variable {key[:80]!r} is not valid: names must be non-empty "
+                        "without '=' or NUL, values without NUL")
         if spec.max_restarts < -1:
             raise InvalidArgumentError(f"max_restarts must be >= -1, got {spec.max_restarts}")
         if spec.max_concurrency < 0 or spec.max_concurrency > 1024:
