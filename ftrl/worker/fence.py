@@ -69,7 +69,9 @@ class CallerFence:
         if parsed is None:
             return
         name, inc = parsed
-        newest = self._note(name, inc)
+        # Only incarnations the coordinator confirmed count as newest: a caller's own
+        # claim must not fence the real incarnation (e.g. a forged "name@999").
+        newest = self._newest.get(name, 0)
         if inc < newest:
             self._refuse(name, inc, newest)
         key = (name, inc)
@@ -109,5 +111,6 @@ class CallerFence:
         if info.incarnation == inc and info.state == pb.ACTOR_DEAD:
             return PermissionDeniedError(f"caller {name}@{inc} is fenced: {name} is DEAD")
         if info.incarnation == inc and info.state == pb.ACTOR_ALIVE:
+            self._note(name, inc)
             self._trusted_until[(name, inc)] = asked + min(info.valid_for_s, MAX_TRUST_S)
         return None
