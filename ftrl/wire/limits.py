@@ -61,7 +61,11 @@ STATE_HOOKS = frozenset({"__ftrl_state__", "__ftrl_restore__"})
 
 def check_method(value: str) -> str:
     """Validate a method name: a public Python identifier (or one of STATE_HOOKS)."""
-    if not value or len(value) > MAX_NAME_LEN or not _METHOD_RE.match(value):
+    if len(value) > MAX_NAME_LEN:
+        raise InvalidArgumentError(
+            f"method name of {len(value)} characters is not a valid identifier: the limit is "
+            f"{MAX_NAME_LEN}")
+    if not value or not _METHOD_RE.match(value):
         raise InvalidArgumentError(f"method name {value[:80]!r} is not a valid identifier")
     if value.startswith("_") and value not in STATE_HOOKS:
         raise InvalidArgumentError(f"method {value!r} is private and cannot be called remotely")
