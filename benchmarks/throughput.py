@@ -7,7 +7,7 @@ one plain Python loop (the ceiling). Prints ONE JSON object.
 For each runner count it reports total steps/s with requests pipelined (each runner gets
 its next sample() as soon as it answers) and in synchronous rounds (all runners, then
 wait for all: what PPO does), and `per_core_vs_plain` = (steps/s / min(runners, cores))
-/ plain-loop steps/s. Target (issue 3): >= 0.85. `in_process_runner_vs_plain` measures
+/ plain-loop steps/s, all measured in alternating chunks so load noise hits each alike. Target (issue 3): >= 0.85. `in_process_runner_vs_plain` measures
 the EnvRunner code alone (no RPC) against the plain loop, interleaved to cancel noise.
 """
 
@@ -99,37 +99,57 @@ def in_process(envs: int, fragment: int, seconds: float) -> dict:
     }
 
 
-def distributed(client, n: int, envs: int, fragment: int, seconds: float) -> dict:
+def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain: PlainLoop) -> dict:
+    """Alternate short chunks of the plain loop, pipelined sampling and synchronous rounds
+    (so machine noise hits all three alike); report medians."""
     cfg = config(envs, fragment).to_dict()
     handles = [
         client.create_actor(RUNNER, name=f"bench/env_runner/{n}/{i}", kwargs={"config": cfg, "worker_index": i + 1},
                             max_restarts=0, resources={"cpu": 1})
         for i in range(n)
     ]
-    weights = ActorCritic(space_spec(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))).get_flat()
+    weights = plain.model.get_flat()
     for h in handles:
         h.call("set_weights", 0, weights)
         h.call("sample")  # warm up
-    # pipelined
-    steps, t0 = 0, time.perf_counter()
-    futs = {h.submit("sample"): h for h in handles}
-    while futs:
-        done, _ = cf.wait(list(futs), return_when=cf.FIRST_COMPLETED)
-        for f in done:
-            h = futs.pop(f)
-            steps += f.result()["env_steps"]
-            if time.perf_counter() - t0 < seconds:
-                futs[h.submit("sample")] = h
-    pipelined = steps / (time.perf_counter() - t0)
-    # synchronous rounds
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for f in [h.submit("sample") for h in handles]:
-            steps += f.result()["env_steps"]
-    rounds = steps / (time.perf_counter() - t0)
+
+    def pipelined(sec: float) -> float:
+        steps, t0 = 0, time.perf_counter()
+        futs = {h.submit("sample"): h for h in handles}
+        while futs:
+            done, _ = cf.wait(list(futs), return_when=cf.FIRST_COMPLETED)
+            for f in done:
+                h = futs.pop(f)
+                steps += f.result()["env_steps"]
+                if time.perf_counter() - t0 < sec:
+                    futs[h.submit("sample")] = h
+        return steps / (time.perf_counter() - t0)
+
+    def rounds(sec: float) -> float:
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < sec:
+            for f in [h.submit("sample") for h in handles]:
+                steps += f.result()["env_steps"]
+        return steps / (time.perf_counter() - t0)
+
+    chunks = max(3, int(seconds))
+    p, a, b = [], [], []
+    for _ in range(chunks):
+        p.append(plain.run(seconds / chunks))
+        a.append(pipelined(seconds / chunks))
+        b.append(rounds(seconds / chunks))
     for h in handles:
         client.kill_actor(h.name)
-    return {"runners": n, "envs_per_runner": envs, "pipelined_steps_per_s": round(pipelined), "sync_rounds_steps_per_s": round(rounds)}
+    plain_med = statistics.median(p)
+    used = min(n, os.cpu_count() or 1)
+    return {
+        "runners": n,
+        "plain_loop_steps_per_s": round(plain_med),
+        "pipelined_steps_per_s": round(statistics.median(a)),
+        "sync_rounds_steps_per_s": round(statistics.median(b)),
+        "per_core_vs_plain": round(statistics.median(a) / used / plain_med, 3),
+        "per_core_vs_plain_sync_rounds": round(statistics.median(b) / used / plain_med, 3),
+    }
 
 
 def main() -> None:
@@ -141,7 +161,7 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     base = in_process(args.envs, args.fragment, args.seconds)
-    plain = base["plain_loop_steps_per_s"]
+    plain = PlainLoop(args.envs)
     results = []
     from ftrl.client.cluster import LocalCluster
 
@@ -149,11 +169,7 @@ def main() -> None:
     with LocalCluster(workers=1, slots=max(max(args.runners), cores), preload="ftrl.rl.env_runner", env=env) as cluster:
         client = cluster.client()
         for n in args.runners:
-            r = distributed(client, n, args.envs, args.fragment, args.seconds)
-            used = min(n, cores)
-            r["per_core_vs_plain"] = round(r["pipelined_steps_per_s"] / used / plain, 3)
-            r["per_core_vs_plain_sync_rounds"] = round(r["sync_rounds_steps_per_s"] / used / plain, 3)
-            results.append(r)
+            results.append(distributed(client, n, args.envs, args.fragment, args.seconds, plain))
     print(json.dumps({
         "benchmark": "throughput",
         "env": "CartPole-v1",

@@ -131,8 +131,9 @@ class EnvRunner:
         self._obs = np.zeros((e, d), np.float32)
         self._next_obs = np.zeros((e, d), np.float32)
         self._ep_ids = np.zeros(e, np.int64)
-        self._ep_ret = np.zeros(e, np.float64)
-        self._ep_len = np.zeros(e, np.int64)
+        self._ep_ret = [0.0] * e  # running return of each sub-env's episode (a list: hot loop)
+        self._ep_start = np.zeros(e, np.int64)  # vector step at which each episode began
+        self._vec_steps = 0
         self._next_episode = 0
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
@@ -164,7 +165,7 @@ class EnvRunner:
         self._ep_ids[i] = self.worker_index * _EPISODE_ID_STRIDE + self._next_episode
         self._next_episode += 1
         self._ep_ret[i] = 0.0
-        self._ep_len[i] = 0
+        self._ep_start[i] = self._vec_steps
 
     def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
         self.encoder.write(out, i, obs)
@@ -230,23 +231,25 @@ class EnvRunner:
             return self.model.value(torch.from_numpy(np.ascontiguousarray(fobs))).numpy()
 
     def _run(self, steps: int, explore: bool, record: bool, max_episodes: int | None = None) -> dict[str, np.ndarray] | None:
-        """Step all sub-envs `steps` times; fill a time-major fragment if `record`."""
+        """Step all sub-envs `steps` times; return a time-major fragment if `record`.
+
+        The hot loop keeps per-step work in plain Python lists and tensor references
+        and builds the [T, E] arrays once at the end: one numpy conversion per fragment
+        instead of several per step.
+        """
         if self._needs_reset or self._broken:
             self._full_reset()
         e, d = self.num_envs, self.spec.obs_dim
-        t_len = steps
-        if record:
-            b_obs = np.empty((t_len, e, d), np.float32)
-            b_act = np.empty((t_len, e, *(self.spec.act_shape if self.spec.act_kind == "box" else ())), self.spec.action_dtype)
-            b_rew = np.zeros((t_len, e), np.float32)
-            b_term = np.zeros((t_len, e), bool)
-            b_trunc = np.zeros((t_len, e), bool)
-            b_logp = np.empty((t_len, e), np.float32)
-            b_val = np.empty((t_len, e), np.float32)
-            b_tval = np.zeros((t_len, e), np.float32)
-            b_valid = np.ones((t_len, e), bool)
-            b_epid = np.empty((t_len, e), np.int64)
-        envs = self._envs
+        b_obs = np.empty((steps, e, d), np.float32) if record else None
+        b_tval = np.zeros((steps, e), np.float32) if record else None
+        b_valid = np.ones((steps, e), bool) if record else None
+        b_epid = np.empty((steps, e), np.int64) if record else None
+        acts_t: list[torch.Tensor] = []
+        logps_t: list[torch.Tensor] = []
+        vals_t: list[torch.Tensor] = []
+        rew_rows: list[list[float]] = []
+        term_rows: list[list[bool]] = []
+        trunc_rows: list[list[bool]] = []
         filt = self.filter
         update_filter = record
         spec = self.spec
@@ -254,40 +257,37 @@ class EnvRunner:
         box_obs = self.encoder.kind != "discrete" and len(spec.obs_shape) == 1
         write = self.encoder.write
         remote = self.remote_envs
-        step_fns = [env.step for env in envs]
-        rew_l = [0.0] * e
-        term_l = [False] * e
-        trunc_l = [False] * e
+        step_fns = self._step_fns()
+        ep_ret = self._ep_ret
         act = self.model.act
         from_numpy = torch.from_numpy
-        ep_ret = self._ep_ret
-        ep_len = self._ep_len
         t = -1
-        for t in range(t_len):
+        for t in range(steps):
             obs = self._obs
             fobs = filt(obs, update=update_filter)
             with torch.inference_mode():
                 a_t, lp_t, v_t = act(from_numpy(fobs), explore)
-            actions, logp, values = a_t.numpy(), lp_t.numpy(), v_t.numpy()
             if record:
                 b_obs[t] = fobs
-                b_act[t] = actions
-                b_logp[t] = logp
-                b_val[t] = values
                 b_epid[t] = self._ep_ids
-            env_actions = actions.tolist() if discrete else env_action(spec, actions)
+                acts_t.append(a_t)
+                logps_t.append(lp_t)
+                vals_t.append(v_t)
+            env_actions = a_t.tolist() if discrete else env_action(spec, a_t.numpy())
             nxt = self._next_obs
+            rew_l = [0.0] * e
+            term_l = [False] * e
+            trunc_l = [False] * e
             failed: dict[int, SubEnvError] = {}
             if remote:
                 self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed)
             else:
                 for i in range(e):
                     try:
-                        o, r, te, tr = step_fns[i](env_actions[i])
-                    except SubEnvError as err:
-                        failed[i] = err
-                        rew_l[i] = 0.0
-                        term_l[i] = trunc_l[i] = False
+                        o, r, te, tr, _ = step_fns[i](env_actions[i])
+                    except Exception as exc:
+                        failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
+                        failed[i].__cause__ = exc
                         continue
                     if box_obs:
                         nxt[i] = o
@@ -296,24 +296,26 @@ class EnvRunner:
                     rew_l[i] = r
                     term_l[i] = te
                     trunc_l[i] = tr
-            if not (math.isfinite(sum(rew_l)) and np.isfinite(nxt).all()):
+            # one reduction each; a non-finite sum sends us to the exact per-env check
+            if not (math.isfinite(sum(rew_l)) and math.isfinite(nxt.sum())):
                 self._find_nan(nxt, rew_l, failed)
             if failed:
                 self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
-                step_fns = [env.step for env in envs]
+                step_fns = self._step_fns()
                 if record:
                     for i in failed:
                         b_valid[t, i] = False
-            ep_ret += rew_l
-            ep_len += 1
+            for i in range(e):
+                ep_ret[i] += rew_l[i]
+            self._vec_steps += 1
             if record:
-                b_rew[t] = rew_l
-                b_term[t] = term_l
-                b_trunc[t] = trunc_l
+                rew_rows.append(rew_l)
+                term_rows.append(term_l)
+                trunc_rows.append(trunc_l)
             if True in term_l or True in trunc_l:
                 idx = [i for i in range(e) if term_l[i] or trunc_l[i]]
                 self._end_episodes(idx, failed, nxt, term_l, trunc_l, b_tval[t] if record else None)
-                step_fns = [env.step for env in envs]
+                step_fns = self._step_fns()
             self._obs, self._next_obs = nxt, obs
             if max_episodes is not None and len(self._done_returns) >= max_episodes:
                 break
@@ -323,17 +325,22 @@ class EnvRunner:
             return None
         return {
             "obs": b_obs,
-            "actions": b_act,
-            "rewards": b_rew,
-            "terminateds": b_term,
-            "truncateds": b_trunc,
-            "logp": b_logp,
-            "values": b_val,
+            "actions": torch.stack(acts_t).numpy().astype(spec.action_dtype, copy=False),
+            "rewards": np.array(rew_rows, np.float32).reshape(steps, e),
+            "terminateds": np.array(term_rows, bool).reshape(steps, e),
+            "truncateds": np.array(trunc_rows, bool).reshape(steps, e),
+            "logp": torch.stack(logps_t).numpy(),
+            "values": torch.stack(vals_t).numpy(),
             "trunc_values": b_tval,
             "valid": b_valid,
             "episode_ids": b_epid,
             "last_values": self._values(filt(self._obs, update=False)).astype(np.float32),
         }
+
+    def _step_fns(self) -> list:
+        """The gymnasium `step` of each in-process sub-env, called directly in the hot
+        loop (exceptions are turned into SubEnvError there)."""
+        return [env.env.step for env in self._envs] if not self.remote_envs else []
 
     def _step_remote(
         self,
@@ -410,7 +417,7 @@ class EnvRunner:
         for i in idx:
             if i not in failed:
                 self._done_returns.append(float(self._ep_ret[i]))
-                self._done_lengths.append(int(self._ep_len[i]))
+                self._done_lengths.append(int(self._vec_steps - self._ep_start[i]))
                 self.episodes_total += 1
                 self._reset_env(i, nxt)
             else:
