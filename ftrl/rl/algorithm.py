@@ -98,6 +98,7 @@ class Algorithm:
             self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", cfg.checkpointing_cfg.keep_checkpoints)
             self.metrics_log = MetricsLog(self.output_dir / "metrics.jsonl")
         self.restored_from: Path | None = None
+        self._saved_runner_counters: dict[str, Any] = {}
         if resume:
             self._resume()
         elif self.metrics_log is not None and self.metrics_log.path.exists():
@@ -123,6 +124,7 @@ class Algorithm:
         self._stopped = False
         try:
             self._setup_runners()
+            self._restore_runner_counters()
             self.sync_weights()
         except BaseException:
             self.stop()
@@ -368,6 +370,7 @@ class Algorithm:
             "learner": self.learner.get_state(),
             "filter": self.filter.get_state(),
             "episodes": self.episodes.get_state(),
+            "runner_counters": self._runner_counters(),
             "rng": {
                 "python": _python_rng_to_wire(random.getstate()),
                 "numpy": _np_global_state_to_wire(),
@@ -384,6 +387,26 @@ class Algorithm:
         self._last_checkpoint_iter = self.iteration
         log.debug("checkpoint %s", path)
         return path
+
+    def _runner_counters(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.env_runner_group is not None:
+            out["env_runners"] = self.env_runner_group.get_counters()
+        if self.eval_runner_group is not None:
+            out["eval_runners"] = self.eval_runner_group.get_counters()
+        if self.local_runner is not None:
+            out["local_sub_env_restarts"] = self.local_runner.num_sub_env_restarts
+        return out
+
+    def _restore_runner_counters(self) -> None:
+        """Failure counters continue across a resume (they never go backwards)."""
+        saved = self._saved_runner_counters
+        if self.env_runner_group is not None and "env_runners" in saved:
+            self.env_runner_group.set_counters(saved["env_runners"])
+        if self.eval_runner_group is not None and "eval_runners" in saved:
+            self.eval_runner_group.set_counters(saved["eval_runners"])
+        if self.local_runner is not None and "local_sub_env_restarts" in saved:
+            self.local_runner.num_sub_env_restarts += int(saved["local_sub_env_restarts"])
 
     def check_compatible(self, state: dict[str, Any]) -> None:
         """Raise ConfigError if this config cannot continue from `state`."""
@@ -415,6 +438,7 @@ class Algorithm:
         self.env_steps_sampled = int(state["env_steps_sampled"])
         self.env_steps_trained = int(state.get("env_steps_trained", 0))
         self._time_base = float(state.get("time_s", 0.0))
+        self._saved_runner_counters = state.get("runner_counters") or {}
         rng = state.get("rng") or {}
         if "python" in rng:
             random.setstate(_python_rng_from_wire(rng["python"]))

@@ -226,6 +226,26 @@ class EnvRunnerGroup:
             "num_samples_lost": self.num_samples_lost,
         }
 
+    _COUNTERS = (
+        "num_env_runner_restarts",
+        "num_env_runner_failures",
+        "num_sub_env_restarts",
+        "num_samples_late",
+        "num_samples_dropped",
+        "env_steps_dropped",
+        "num_samples_lost",
+    )
+
+    def get_counters(self) -> dict[str, int]:
+        """The cumulative failure counters (for checkpoints)."""
+        return {k: int(getattr(self, k)) for k in self._COUNTERS}
+
+    def set_counters(self, counters: dict[str, Any]) -> None:
+        """Continue from checkpointed counters (added to what happened since start)."""
+        for key in self._COUNTERS:
+            if key in counters:
+                setattr(self, key, getattr(self, key) + int(counters[key]))
+
     # ------------------------------------------------------------------ failures
 
     def _on_failure(self, slot: RunnerSlot, error: BaseException, what: str) -> None:

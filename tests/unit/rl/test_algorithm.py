@@ -154,6 +154,13 @@ def test_remote_runners_survive_crashes_through_handles(tmp_path):
         assert result["env_steps_sampled"] >= 8 * 32
         algo.stop()
         assert {a["state"] for a in client.actors()} == {"DEAD"}
+    with LocalClient() as client:  # failure counters continue across a resume
+        resumed = cfg.build(client=client, output_dir=tmp_path, resume=True, job_name="job")
+        after = resumed.train()
+        assert after["iteration"] == 9
+        assert after["num_env_runner_restarts"] >= result["num_env_runner_restarts"]
+        assert after["num_env_runner_failures"] >= result["num_env_runner_failures"]
+        resumed.stop()
 
 
 def test_run_stops_on_criteria_and_on_ctrl_c(tmp_path):
