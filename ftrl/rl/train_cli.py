@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -58,7 +59,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", metavar="DIR", help="output directory (default ftrl_results/ALGO_ENV)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in DIR")
     parser.add_argument("--seed", type=int, metavar="S")
-    parser.add_argument("--job-name", help="prefix of actor names (default: from the output dir)")
+    parser.add_argument("--job-name", help="prefix of actor names (default: output dir name + a hash of its path)")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -162,8 +163,14 @@ def _client_for(args: argparse.Namespace, config: AlgorithmConfig, cluster_facto
 
 
 def _job_name(args: argparse.Namespace, output: Path) -> str:
-    name = getattr(args, "job_name", None) or output.name or "job"
-    return re.sub(r"[^A-Za-z0-9_.\-]", "_", name)[:80]
+    """--job-name, else the output dir's name plus a hash of its absolute path: stable
+    for one directory (a resume re-attaches to its runners), distinct across them."""
+    explicit = getattr(args, "job_name", None)
+    if explicit:
+        return re.sub(r"[^A-Za-z0-9_.\-]", "_", explicit)[:80]
+    digest = hashlib.sha1(str(output.resolve()).encode()).hexdigest()[:6]
+    base = re.sub(r"[^A-Za-z0-9_.\-]", "_", output.name or "job")[:60]
+    return f"{base}-{digest}"
 
 
 def _default_output(config: AlgorithmConfig) -> Path:
