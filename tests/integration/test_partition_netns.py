@@ -13,6 +13,10 @@ the host: exactly when fencing matters. The island's actors must be declared
 lost and rescheduled, and their old incarnations, still running, must be
 refused when they call another actor. When link A heals the island worker
 registers again and is told to stop the old copies.
+
+Known gap (not asserted here): a plain client's handle made before the cut keeps
+calling the old incarnation while that copy still answers; callee-side fencing
+only covers callers that are actors. The test makes fresh handles after the move.
 """
 
 from __future__ import annotations
@@ -144,8 +148,7 @@ def test_partitioned_node_is_lost_fenced_and_stopped_on_heal(netns_ok, tmp_path)
         assert outcome["error"] == "PermissionDeniedError", outcome
         assert f"{relay_name}@{old[relay_name]['incarnation']} is fenced" in outcome["message"]
         assert peer.call("count") == 1  # the refused call never ran
-        # the new relay (on the host) may call. (A fresh handle: one made before the cut
-        # would still reach the old copy, which answers; see the module docstring.)
+        # the new relay (on the host) may call (a fresh handle: see the module docstring)
         relay = c.get_actor(relay_name)
         assert relay.incarnation == new[relay_name]["incarnation"]
         assert relay.call("connect", peer_name)
