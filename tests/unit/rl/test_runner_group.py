@@ -200,3 +200,17 @@ def test_no_healthy_runner_waits_up_to_the_tolerance_then_raises():
         assert group.num_healthy == 0
         with pytest.raises(EnvRunnerFailureError, match=r"on purpose|no healthy"):
             group.wait_for_healthy()
+
+
+def test_all_runners_restarting_too_long_raises_after_the_tolerance():
+    cfg = _config(probe=0.05, env_runner_restore_timeout_s=0.05, num_consecutive_env_runner_failures_tolerance=3)
+    with LocalClient(restart_delay_s=30.0) as client:  # restarts that take "forever"
+        group = _group(client, cfg)
+        group.sync_weights(0, _weights())
+        client.crash_actor("t/env_runner/0")
+        client.crash_actor("t/env_runner/1")
+        assert group.sample(32).env_steps == 0  # nothing to wait for: returns at once
+        t0 = time.monotonic()
+        with pytest.raises(EnvRunnerFailureError, match="num_consecutive_env_runner_failures_tolerance=3"):
+            group.wait_for_healthy()
+        assert time.monotonic() - t0 < 10
