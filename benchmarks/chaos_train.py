@@ -81,9 +81,10 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--spares", type=int, default=2, help="warm spare processes of the worker")
     args = parser.parse_args()
     env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with LocalCluster(workers=1, slots=2, preload="ftrl.rl.env_runner", env=env) as cluster:
+    with LocalCluster(workers=1, slots=2, spares=args.spares, preload="ftrl.rl.env_runner", env=env) as cluster:
         client = cluster.client()
         calm = run(client, "calm", args.seed, args.target, None)
         chaos = run(client, "chaos", args.seed, args.target, args.kill_every)
@@ -92,6 +93,7 @@ def main() -> None:
         "env": "CartPole-v1",
         "num_env_runners": 2,
         "kill_every_s": args.kill_every,
+        "spares": args.spares,
         "calm": calm,
         "chaos": chaos,
         "slowdown": round(chaos["wall_s"] / calm["wall_s"], 3),

@@ -300,13 +300,22 @@ class EnvRunnerGroup:
         handle = slot.handle
         if soft:
             handle.options(timeout=self.probe_timeout).call("reset_envs")
-        incarnation = handle.wait_alive(timeout=self.restore_timeout)
-        # options() copies the incarnation it knows: make the copy after wait_alive.
-        probe = handle.options(timeout=self.probe_timeout)
+        deadline = time.monotonic() + self.restore_timeout
+        while True:
+            incarnation = handle.wait_alive(timeout=max(0.01, deadline - time.monotonic()))
+            # options() copies the incarnation it knows: make the copy after wait_alive.
+            probe = handle.options(timeout=self.probe_timeout)
+            try:
+                probe.call("ping")
+                break
+            except (ActorUnavailableError, StaleIncarnationError):
+                # the cluster may still name the process that just died: ask again shortly
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
         version, weights, filter_state = self._latest
         if weights is not None:
             probe.call("set_weights", version, weights, filter_state)
-        probe.call("ping")
         return incarnation, version, soft
 
     def poll_recoveries(self) -> None:
