@@ -1,6 +1,7 @@
 """Sampling throughput: env steps/s of 1, 2, 4 EnvRunner actors x E CartPole envs on the
 embedded local cluster (real processes, gRPC), beside the same policy and envs stepped in
-one plain Python loop (the ceiling). Prints ONE JSON object.
+one plain Python loop (the ceiling; it uses the runners' own policy code, numpy
+inference). Prints ONE JSON object.
 
     python benchmarks/throughput.py [--runners 1 2 4] [--envs 8] [--fragment 128] [--seconds 5]
 
@@ -27,11 +28,10 @@ sys.path.insert(0, str(REPO))
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 from ftrl.config import PPOConfig  # noqa: E402
 from ftrl.rl.env_runner import EnvRunner  # noqa: E402
-from ftrl.rl.models import ActorCritic  # noqa: E402
+from ftrl.rl.policy import make_policy  # noqa: E402
 from ftrl.rl.spaces import space_spec  # noqa: E402
 
 RUNNER = "ftrl.rl.env_runner:EnvRunner"
@@ -47,20 +47,20 @@ def config(envs: int, fragment: int) -> PPOConfig:
 
 
 class PlainLoop:
-    """The ceiling: one batched policy call per step, then a Python loop over the envs."""
+    """The ceiling: one batched policy call per step (the runner's own policy code),
+    then a Python loop over the envs with the same reset rule."""
 
-    def __init__(self, envs: int):
+    def __init__(self, envs: int, backend: str = "numpy"):
         self.envs = [gym.make("CartPole-v1") for _ in range(envs)]
         spec = space_spec(self.envs[0].observation_space, self.envs[0].action_space)
-        self.model = ActorCritic(spec)
+        self.policy = make_policy(backend, spec, seed=0)
         self.obs = np.stack([e.reset(seed=i)[0] for i, e in enumerate(self.envs)]).astype(np.float32)
 
     def run(self, seconds: float) -> float:
         n, t0 = 0, time.perf_counter()
-        envs, obs, model = self.envs, self.obs, self.model
+        envs, obs, policy = self.envs, self.obs, self.policy
         while time.perf_counter() - t0 < seconds:
-            with torch.inference_mode():
-                actions, _, _ = model.act(torch.from_numpy(obs))
+            actions, _, _ = policy.act(obs)
             acts = actions.tolist()
             for i, env in enumerate(envs):
                 o, _, term, trunc, _ = env.step(acts[i])
@@ -73,7 +73,6 @@ class PlainLoop:
 
 def in_process(envs: int, fragment: int, seconds: float) -> dict:
     """Interleave short runs of the plain loop and one in-process EnvRunner."""
-    torch.set_num_threads(1)
     plain = PlainLoop(envs)
     runner = EnvRunner(config(envs, fragment), set_torch_threads=True)
     runner.sample()
@@ -108,7 +107,7 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
                             max_restarts=0, resources={"cpu": 1})
         for i in range(n)
     ]
-    weights = plain.model.get_flat()
+    weights = plain.policy.get_flat()
     for h in handles:
         h.call("set_weights", 0, weights)
         h.call("sample")  # warm up

@@ -59,6 +59,7 @@ class EnvRunnersConfig:
     validate_env_runners_after_construction: bool = True
     num_cpus_per_env_runner: float = 1.0
     explore: bool = True
+    inference_backend: str = "numpy"
 
 
 @dataclass
@@ -314,6 +315,7 @@ class AlgorithmConfig:
         validate_env_runners_after_construction: bool = _NOT_SET,
         num_cpus_per_env_runner: float = _NOT_SET,
         explore: bool = _NOT_SET,
+        inference_backend: str = _NOT_SET,
         **unknown: Any,
     ) -> AlgorithmConfig:
         """Set how many runners sample, with how many sub-envs each, and their timeouts."""
@@ -554,6 +556,11 @@ class AlgorithmConfig:
             )
         for key in ("sample_timeout_s", "env_runner_health_probe_timeout_s"):
             _positive_float(key, getattr(run, key))
+        if run.inference_backend not in ("numpy", "torch"):
+            raise ConfigError(
+                f"inference_backend must be 'numpy' or 'torch', got {run.inference_backend!r}"
+                f"{_suggest(run.inference_backend, ['numpy', 'torch'])}"
+            )
         if run.num_cpus_per_env_runner < 0:
             raise ConfigError("num_cpus_per_env_runner must be >= 0")
         if ft.ignore_env_runner_failures and ft.restart_failed_env_runners:

@@ -345,8 +345,7 @@ class Algorithm:
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The policy's action for one raw observation (filtered like in training)."""
-        from ftrl.rl.models import env_action
-        from ftrl.rl.spaces import ObsEncoder
+        from ftrl.rl.spaces import ObsEncoder, env_action
 
         x = ObsEncoder(self.spec).encode(obs)[None, :]
         x = self.filter(x, update=False)

@@ -1,5 +1,8 @@
 """EnvRunner: E sub-environments stepped as a vector with one batched policy call per step.
 
+Inference runs on `ftrl.rl.policy` (numpy by default, so runner processes never import
+torch; `inference_backend="torch"` uses the torch module instead).
+
 Created as an actor (`"ftrl.rl.env_runner:EnvRunner"`) or in-process. Constructor
 kwargs and every method's arguments and results are msgpack + numpy only.
 
@@ -31,12 +34,11 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from ftrl.config import AlgorithmConfig, config_class
 from ftrl.rl.filters import make_filter
-from ftrl.rl.models import ActorCritic, env_action
-from ftrl.rl.spaces import ObsEncoder, SpaceSpec
+from ftrl.rl.policy import make_policy
+from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 from ftrl.rl.sub_env import SubEnvError, make_sub_env
 from ftrl.wire.errors import ConfigError
 
@@ -60,7 +62,8 @@ class EnvRunner:
         worker_index: 0 for the Algorithm's local runner, 1..N for remote ones.
         evaluation: apply `evaluation_config` overrides (explore, env_config).
         space_spec: the spaces the driver expects (`SpaceSpec.to_dict()`); checked.
-        set_torch_threads: call torch.set_num_threads(1) (actors: yes).
+        set_torch_threads: with the torch inference backend, call torch.set_num_threads(1)
+            (actors: yes). The numpy backend (default) never imports torch.
     """
 
     def __init__(
@@ -71,9 +74,11 @@ class EnvRunner:
         space_spec: dict | None = None,
         set_torch_threads: bool = True,
     ):
-        if set_torch_threads:
-            torch.set_num_threads(1)
         cfg = config_from_dict(config)
+        if set_torch_threads and cfg.env_runners_cfg.inference_backend == "torch":
+            import torch
+
+            torch.set_num_threads(1)
         self.config = cfg
         self.worker_index = int(worker_index)
         self.evaluation = evaluation
@@ -95,8 +100,6 @@ class EnvRunner:
         seed = cfg.debugging_cfg.seed
         # distinct seeds per runner, and evaluation runners apart from training ones
         self._seed = None if seed is None else seed + 10_007 * self.worker_index + (500_009 if evaluation else 0)
-        if self._seed is not None:
-            torch.manual_seed(self._seed)
         self._lock = threading.RLock()
 
         self._envs: list[Any] = []
@@ -122,8 +125,7 @@ class EnvRunner:
                 f"{SpaceSpec.from_dict(space_spec)}"
             )
         self.encoder = ObsEncoder(self.spec)
-        self.model = ActorCritic(self.spec, cfg.model_config)
-        self.model.eval()
+        self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
         self.weights_version = -1
         self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
 
@@ -227,8 +229,7 @@ class EnvRunner:
     # ------------------------------------------------------------------ sampling
 
     def _values(self, fobs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return self.model.value(torch.from_numpy(np.ascontiguousarray(fobs))).numpy()
+        return self.policy.value(fobs)
 
     def _run(self, steps: int, explore: bool, record: bool, max_episodes: int | None = None) -> dict[str, np.ndarray] | None:
         """Step all sub-envs `steps` times; return a time-major fragment if `record`.
@@ -244,9 +245,9 @@ class EnvRunner:
         b_tval = np.zeros((steps, e), np.float32) if record else None
         b_valid = np.ones((steps, e), bool) if record else None
         b_epid = np.empty((steps, e), np.int64) if record else None
-        acts_t: list[torch.Tensor] = []
-        logps_t: list[torch.Tensor] = []
-        vals_t: list[torch.Tensor] = []
+        acts_t: list[np.ndarray] = []
+        logps_t: list[np.ndarray] = []
+        vals_t: list[np.ndarray] = []
         rew_rows: list[list[float]] = []
         term_rows: list[list[bool]] = []
         trunc_rows: list[list[bool]] = []
@@ -259,21 +260,19 @@ class EnvRunner:
         remote = self.remote_envs
         step_fns = self._step_fns()
         ep_ret = self._ep_ret
-        act = self.model.act
-        from_numpy = torch.from_numpy
+        act = self.policy.act
         t = -1
         for t in range(steps):
             obs = self._obs
             fobs = filt(obs, update=update_filter)
-            with torch.inference_mode():
-                a_t, lp_t, v_t = act(from_numpy(fobs), explore)
+            a_t, lp_t, v_t = act(fobs, explore)  # one batched forward for all sub-envs
             if record:
                 b_obs[t] = fobs
                 b_epid[t] = self._ep_ids
                 acts_t.append(a_t)
                 logps_t.append(lp_t)
                 vals_t.append(v_t)
-            env_actions = a_t.tolist() if discrete else env_action(spec, a_t.numpy())
+            env_actions = a_t.tolist() if discrete else env_action(spec, a_t)
             nxt = self._next_obs
             rew_l = [0.0] * e
             term_l = [False] * e
@@ -325,12 +324,12 @@ class EnvRunner:
             return None
         return {
             "obs": b_obs,
-            "actions": torch.stack(acts_t).numpy().astype(spec.action_dtype, copy=False),
+            "actions": np.stack(acts_t).astype(spec.action_dtype, copy=False),
             "rewards": np.array(rew_rows, np.float32).reshape(steps, e),
             "terminateds": np.array(term_rows, bool).reshape(steps, e),
             "truncateds": np.array(trunc_rows, bool).reshape(steps, e),
-            "logp": torch.stack(logps_t).numpy(),
-            "values": torch.stack(vals_t).numpy(),
+            "logp": np.stack(logps_t).astype(np.float32, copy=False),
+            "values": np.stack(vals_t).astype(np.float32, copy=False),
             "trunc_values": b_tval,
             "valid": b_valid,
             "episode_ids": b_epid,
@@ -498,7 +497,7 @@ class EnvRunner:
     def set_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> dict[str, Any]:
         """Load policy weights (flat float32) tagged `version`, and optionally filter state."""
         with self._lock:
-            self.model.set_flat(weights)
+            self.policy.set_flat(weights)
             self.weights_version = int(version)
             if filter_state is not None:
                 self.filter.set_state(filter_state)
@@ -506,7 +505,7 @@ class EnvRunner:
 
     def get_weights(self) -> tuple[int, np.ndarray]:
         with self._lock:
-            return self.weights_version, self.model.get_flat()
+            return self.weights_version, self.policy.get_flat()
 
     def get_filter_state(self) -> dict[str, Any]:
         with self._lock:

@@ -6,14 +6,16 @@ already encoded to flat float32 vectors (see `ftrl.rl.spaces`)."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from ftrl.config import ModelConfig
-from ftrl.rl.spaces import SpaceSpec
+from ftrl.rl.policy import flat_layout
+from ftrl.rl.spaces import SpaceSpec, env_action
+
+__all__ = ["ActorCritic", "env_action"]
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -47,6 +49,7 @@ class ActorCritic(nn.Module):
         super().__init__()
         model = model or ModelConfig()
         self.spec = spec
+        self.layout = flat_layout(spec, model)
         self.discrete = spec.act_kind == "discrete"
         hiddens = list(model.fcnet_hiddens)
         self.pi_body, dim = _mlp(spec.obs_dim, hiddens, model.fcnet_activation)
@@ -115,12 +118,14 @@ class ActorCritic(nn.Module):
     # ---- flat weights
 
     def get_flat(self) -> np.ndarray:
-        """All parameters as one float32 vector (a copy)."""
+        """All parameters as one float32 vector (a copy), in `flat_layout` order."""
+        params = dict(self.named_parameters())
         with torch.no_grad():
-            return torch.nn.utils.parameters_to_vector(self.parameters()).detach().numpy().astype(np.float32, copy=True)
+            return torch.cat([params[name].detach().reshape(-1) for name, _ in self.layout]).numpy().astype(np.float32, copy=True)
 
     def set_flat(self, flat: np.ndarray) -> None:
-        """Load parameters from a vector made by `get_flat` of the same architecture."""
+        """Load parameters from a vector laid out by `flat_layout` (copied in place:
+        parameters may be views of a flat buffer)."""
         flat = np.asarray(flat, dtype=np.float32).reshape(-1)
         n = self.num_params()
         if flat.size != n:
@@ -128,20 +133,14 @@ class ActorCritic(nn.Module):
         if not np.isfinite(flat).all():
             raise ValueError("weights contain NaN or inf")
         source = torch.from_numpy(flat)
+        params = dict(self.named_parameters())
         offset = 0
         with torch.no_grad():
-            for p in self.parameters():  # copy in place: parameters may be views of a flat buffer
-                n = p.numel()
-                p.copy_(source[offset : offset + n].view_as(p))
-                offset += n
+            for name, shape in self.layout:
+                p = params[name]
+                size = p.numel()
+                p.copy_(source[offset : offset + size].view(shape))
+                offset += size
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def env_action(spec: SpaceSpec, actions: np.ndarray) -> list[Any]:
-    """Turn a batch of model actions into what each sub-env's step() takes."""
-    if spec.act_kind == "discrete":
-        return actions.tolist()
-    clipped = np.clip(actions, np.asarray(spec.act_low, np.float32), np.asarray(spec.act_high, np.float32))
-    return [row.reshape(spec.act_shape) for row in clipped]

@@ -107,3 +107,12 @@ class ObsEncoder:
         out = np.zeros((1, self.dim), np.float32)
         self.write(out, 0, obs)
         return out[0]
+
+
+def env_action(spec: SpaceSpec, actions: np.ndarray) -> list[Any]:
+    """Turn a batch of model actions into what each sub-env's step() takes (Box actions
+    clipped to the space's bounds)."""
+    if spec.act_kind == "discrete":
+        return actions.tolist()
+    clipped = np.clip(actions, np.asarray(spec.act_low, np.float32), np.asarray(spec.act_high, np.float32))
+    return [row.reshape(spec.act_shape) for row in clipped]

@@ -1,0 +1,82 @@
+"""The numpy inference policy computes what the torch model computes, from the same
+flat weights; runners on it never import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ftrl.config import ModelConfig
+from ftrl.rl.models import ActorCritic
+from ftrl.rl.policy import NumpyPolicy, TorchPolicy, flat_layout
+from ftrl.rl.spaces import space_spec
+
+OBS = gym.spaces.Box(-1, 1, (5,), np.float32)
+
+
+@pytest.mark.parametrize("action_space", [gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)])
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("activation", ["tanh", "relu", "elu"])
+def test_numpy_matches_torch(action_space, share, activation):
+    torch.manual_seed(0)
+    spec = space_spec(OBS, action_space)
+    model_cfg = ModelConfig(fcnet_hiddens=[16, 8], vf_share_layers=share, fcnet_activation=activation, init_log_std=-0.5)
+    torch_model = ActorCritic(spec, model_cfg)
+    flat = torch_model.get_flat()
+    assert flat.size == sum(int(np.prod(s)) for _, s in flat_layout(spec, model_cfg)) == torch_model.num_params()
+    policy = NumpyPolicy(spec, model_cfg, seed=1)
+    policy.set_flat(flat)
+    np.testing.assert_array_equal(policy.get_flat(), flat)
+    obs = np.random.default_rng(2).normal(size=(64, 5)).astype(np.float32)
+    with torch.no_grad():
+        values = torch_model.value(torch.from_numpy(obs)).numpy()
+        mode, mode_logp, _ = torch_model.act(torch.from_numpy(obs), explore=False)
+    np.testing.assert_allclose(policy.value(obs), values, rtol=1e-5, atol=1e-6)
+    actions, logp, v = policy.act(obs, explore=False)
+    np.testing.assert_allclose(actions, mode.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logp, mode_logp.numpy(), rtol=1e-4, atol=1e-5)
+    # sampled actions: their log-probs agree with the torch model's evaluation
+    actions, logp, v = policy.act(obs, explore=True)
+    with torch.no_grad():
+        t_logp, _, t_v = torch_model.evaluate(torch.from_numpy(obs), torch.from_numpy(actions))
+    np.testing.assert_allclose(logp, t_logp.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(v, t_v.numpy(), rtol=1e-5, atol=1e-6)
+    assert actions.dtype == (np.int64 if spec.act_kind == "discrete" else np.float32)
+
+
+def test_numpy_sampling_follows_the_probabilities():
+    spec = space_spec(OBS, gym.spaces.Discrete(3))
+    policy = NumpyPolicy(spec, ModelConfig(fcnet_hiddens=[4]), seed=0)
+    flat = np.zeros(policy.num_params(), np.float32)
+    policy.set_flat(flat)
+    head_bias = policy._params["pi_head.bias"]
+    head_bias[:] = np.log([0.2, 0.3, 0.5])
+    policy.set_flat(policy.get_flat())
+    actions, _, _ = policy.act(np.zeros((30000, 5), np.float32))
+    np.testing.assert_allclose(np.bincount(actions, minlength=3) / 30000, [0.2, 0.3, 0.5], atol=0.015)
+
+
+def test_torch_policy_wraps_the_module():
+    spec = space_spec(OBS, gym.spaces.Discrete(2))
+    a, b = TorchPolicy(spec), NumpyPolicy(spec)
+    b.set_flat(a.get_flat())
+    obs = np.ones((3, 5), np.float32)
+    np.testing.assert_allclose(a.value(obs), b.value(obs), rtol=1e-5)
+    with pytest.raises(ValueError, match="parameters"):
+        b.set_flat(np.zeros(3, np.float32))
+
+
+def test_env_runner_process_does_not_import_torch():
+    code = (
+        "import sys; from ftrl.config import PPOConfig; from ftrl.rl.env_runner import EnvRunner;"
+        "r = EnvRunner(PPOConfig().environment('CartPole-v1').to_dict()); r.sample();"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
