@@ -32,13 +32,14 @@ def _add_security(p: argparse.ArgumentParser, server: bool = False) -> None:
 def _security(args: argparse.Namespace):
     from ftrl.wire.security import Security
 
+    env = os.environ.get
     return Security.from_options(
         token_file=args.token_file,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_ca=args.tls_ca,
-        tls_server_name=args.tls_server_name,
-        insecure=getattr(args, "insecure", False),
+        tls_cert=args.tls_cert or env("FTRL_TLS_CERT"),
+        tls_key=args.tls_key or env("FTRL_TLS_KEY"),
+        tls_ca=args.tls_ca or env("FTRL_TLS_CA"),
+        tls_server_name=args.tls_server_name or env("FTRL_TLS_SERVER_NAME"),
+        insecure=getattr(args, "insecure", False) or env("FTRL_INSECURE") == "1",
     )
 
 

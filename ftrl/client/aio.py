@@ -33,6 +33,9 @@ from ftrl.wire.limits import CHUNK_BYTES, MAX_ACTOR_MESSAGE, MAX_CALL_BYTES, che
 from ftrl.wire.security import CALLER_HEADER, Security, secure_channel
 
 DEFAULT_ADDRESS = "127.0.0.1:6380"
+#: Longest a handle trusts a known incarnation without asking the coordinator.
+MAX_TRUST_S = 10.0
+REVALIDATE_TIMEOUT_S = 2.0
 CONTROL_TIMEOUT_S = 10.0
 _CONTROL_RECV = 64 << 20
 
@@ -253,6 +256,12 @@ class AsyncActorHandle:
     their own: a restarted actor raises StaleIncarnationError until the owner
     has resynced it and called `wait_alive()` (what an owner with state to
     restore wants).
+
+    Either way a handle trusts the incarnation it knows only as long as the
+    coordinator said it is sure to stay current (`valid_for_s`, until its node
+    could be declared lost); after that the next call checks with the
+    coordinator first, so a partitioned old copy is not called once fenced. If
+    the coordinator cannot be reached the call goes ahead.
     """
 
     def __init__(self, client: AsyncClient, name: str, info: pb.ActorInfo | None = None,
@@ -265,6 +274,7 @@ class AsyncActorHandle:
         self._info = info
         self._usable = info is not None and info.state == pb.ACTOR_ALIVE
         self._failed: tuple[int, str] | None = None
+        self._trusted_until = time.monotonic() + min(info.valid_for_s, MAX_TRUST_S) if info else 0.0
         self.incarnation = info.incarnation if info is not None else 0
 
     def options(self, *, timeout: float | None = None, strict: bool | None = None,
@@ -275,6 +285,7 @@ class AsyncActorHandle:
                                 timeout if timeout is not None else self.timeout,
                                 resolve_timeout if resolve_timeout is not None else self.resolve_timeout)
         copy.incarnation, copy._usable = self.incarnation, self._usable
+        copy._trusted_until = self._trusted_until
         return copy
 
     @property
@@ -289,11 +300,37 @@ class AsyncActorHandle:
 
     async def wait_alive(self, timeout: float = 60.0) -> int:
         """Wait until the actor is ALIVE, adopt that incarnation and return it."""
+        asked = time.monotonic()
         info = await self.client.wait_actor(self.name, timeout)
         if info.state == pb.ACTOR_DEAD:
             raise _dead_error(info)
-        self._info, self.incarnation, self._usable = info, info.incarnation, True
+        self._adopt(info, asked)
         return info.incarnation
+
+    def _adopt(self, info: pb.ActorInfo, asked: float) -> None:
+        self._info, self.incarnation, self._usable, self._failed = info, info.incarnation, True, None
+        self._trusted_until = asked + min(info.valid_for_s, MAX_TRUST_S)
+
+    async def _revalidate(self) -> None:
+        """The trust in the known incarnation ran out: ask the coordinator again."""
+        asked = time.monotonic()
+        try:
+            info = await self.client._rpc("GetActor", pb.GetActorRequest(name=self.name),
+                                          timeout=REVALIDATE_TIMEOUT_S)
+        except (ActorUnavailableError, FtrlTimeoutError):
+            self._trusted_until = asked + REVALIDATE_TIMEOUT_S  # coordinator away: go ahead
+            return
+        if info.state == pb.ACTOR_DEAD:
+            self._usable = False
+            raise _dead_error(info)
+        if info.incarnation == self.incarnation and info.address == self.address:
+            self._adopt(info, asked)
+            return
+        self._usable = False
+        if self.strict and info.incarnation != self.incarnation:
+            raise StaleIncarnationError(
+                f"actor {self.name} was replaced (incarnation {self.incarnation} -> "
+                f"{info.incarnation}); resync it, then call wait_alive()")
 
     async def _resolve(self) -> None:
         """Find the incarnation to call. After a failed call, the coordinator may not
@@ -304,6 +341,7 @@ class AsyncActorHandle:
         failed = self._failed
         while True:
             remaining = max(0.0, deadline - time.monotonic())
+            asked = time.monotonic()
             info = await self.client.wait_actor(self.name, remaining)
             if info.state == pb.ACTOR_DEAD:
                 raise _dead_error(info)
@@ -323,7 +361,7 @@ class AsyncActorHandle:
                 f"actor {self.name} restarted (incarnation {self.incarnation} -> "
                 f"{info.incarnation}); resync it, then call wait_alive()"
             )
-        self._info, self.incarnation, self._usable, self._failed = info, info.incarnation, True, None
+        self._adopt(info, asked)
 
     async def _answers(self, address: str, incarnation: int, timeout: float = 1.0) -> bool:
         try:
@@ -342,6 +380,8 @@ class AsyncActorHandle:
         """
         check_method(method)
         payload = _encode_call(method, args, kwargs)
+        if self._usable and time.monotonic() >= self._trusted_until:
+            await self._revalidate()
         if not self._usable:
             await self._resolve()
         try:

@@ -577,6 +577,8 @@ class Controller:
         """Register a new actor and place it; returns its record (PENDING or STARTING)."""
         check_name(spec.name, "actor name")
         check_class_path(spec.class_path)
+        if spec.owner:
+            check_name(spec.owner, "actor owner")
         if len(spec.kwargs) > MAX_KWARGS_BYTES:
             raise ResourceExhaustedError(
                 f"actor kwargs are {len(spec.kwargs)} bytes; the limit is {MAX_KWARGS_BYTES}"

@@ -14,7 +14,9 @@ def channel_options(max_message: int) -> list[tuple[str, object]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.min_reconnect_backoff_ms", 100),
+        # gRPC also uses this as the deadline of one connection attempt: 100 ms
+        # failed handshakes (TLS especially) on a loaded 2-core machine.
+        ("grpc.min_reconnect_backoff_ms", 1_000),
         ("grpc.max_reconnect_backoff_ms", 1_000),
     ]
 

@@ -33,7 +33,9 @@ class ActorProcess:
         self._reader = reader
         self._transport = transport
         self.ready = asyncio.get_running_loop().create_future()
-        self._exit_waiter: asyncio.Task | None = None
+        # A spare that dies unused has nobody awaiting `ready`: mark it retrieved.
+        self.ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self.ready_task: asyncio.Task | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -72,6 +74,8 @@ class ActorProcess:
         return code
 
     def close(self) -> None:
+        if self.ready_task is not None and not self.ready_task.done():
+            self.ready_task.cancel()
         with contextlib.suppress(OSError):
             os.close(self._ctl_w)
         self._transport.close()
@@ -120,7 +124,7 @@ class SparePool:
     async def _spawn(self) -> ActorProcess:
         self._count += 1
         host = await spawn_host(self.preload, self.log_dir / "spares.log", self.env)
-        asyncio.get_running_loop().create_task(self._await_ready(host))
+        host.ready_task = asyncio.get_running_loop().create_task(self._await_ready(host))
         return host
 
     async def _await_ready(self, host: ActorProcess) -> None:

@@ -14,9 +14,10 @@ lost and rescheduled, and their old incarnations, still running, must be
 refused when they call another actor. When link A heals the island worker
 registers again and is told to stop the old copies.
 
-Known gap (not asserted here): a plain client's handle made before the cut keeps
-calling the old incarnation while that copy still answers; callee-side fencing
-only covers callers that are actors. The test makes fresh handles after the move.
+Handles made before the cut are fenced on the caller side: a handle trusts its
+incarnation only while the coordinator said it is current (`valid_for_s`), so
+after the move a default handle goes to the new incarnation and a strict one
+raises StaleIncarnationError, even though the old copy still answers.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ def test_partitioned_node_is_lost_fenced_and_stopped_on_heal(netns_ok, tmp_path)
         assert relay.call("connect", peer_name) == c.actor(peer_name)["address"]
         assert relay.call("call_peer", "add", 1, 2) == {"ok": True, "result": 3}
         assert peer.call("count") == 1
+        follow = c.get_actor(counter_name)  # handles made before the cut
+        strict = c.get_actor(counter_name, strict=True)
+        assert follow.call("pid") == strict.call("pid") == old[counter_name]["pid"]
 
         seq = event_seq(c)
         link_a.down()  # ---------------------------------------------------- partition
@@ -148,7 +152,14 @@ def test_partitioned_node_is_lost_fenced_and_stopped_on_heal(netns_ok, tmp_path)
         assert outcome["error"] == "PermissionDeniedError", outcome
         assert f"{relay_name}@{old[relay_name]['incarnation']} is fenced" in outcome["message"]
         assert peer.call("count") == 1  # the refused call never ran
-        # the new relay (on the host) may call (a fresh handle: see the module docstring)
+        # handles from before the cut do not reach the old copy once it is fenced
+        assert follow.call("pid") == new[counter_name]["pid"]
+        assert follow.incarnation == new[counter_name]["incarnation"]
+        with pytest.raises(ftrl.StaleIncarnationError, match="was replaced"):
+            strict.call("pid")
+        assert strict.wait_alive(10) == new[counter_name]["incarnation"]
+        assert strict.call("pid") == new[counter_name]["pid"]
+        # the new relay (on the host) may call
         relay = c.get_actor(relay_name)
         assert relay.incarnation == new[relay_name]["incarnation"]
         assert relay.call("connect", peer_name)
