@@ -27,6 +27,8 @@ def _add_security(p: argparse.ArgumentParser, server: bool = False) -> None:
     if server:
         g.add_argument("--insecure", action="store_true",
                        help="allow listening on a non-loopback address without a token")
+        g.add_argument("--tls-no-client-auth", action="store_true",
+                       help="TLS without client certificates: --tls-ca only verifies servers")
 
 
 def _security(args: argparse.Namespace):
@@ -40,6 +42,8 @@ def _security(args: argparse.Namespace):
         tls_ca=args.tls_ca or env("FTRL_TLS_CA"),
         tls_server_name=args.tls_server_name or env("FTRL_TLS_SERVER_NAME"),
         insecure=getattr(args, "insecure", False) or env("FTRL_INSECURE") == "1",
+        tls_client_auth=not (getattr(args, "tls_no_client_auth", False)
+                             or env("FTRL_TLS_NO_CLIENT_AUTH") == "1"),
     )
 
 

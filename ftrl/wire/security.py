@@ -36,9 +36,11 @@ class Security:
     token:     the shared cluster token, or None for no token auth.
     tls_cert/tls_key: PEM files of this process's certificate and key.
     tls_ca:    PEM file of the CA that signs peers; on a server it turns on mTLS
-               (client certificates required), on a client it verifies the server.
+               (client certificates required, unless tls_client_auth is False), on a
+               client it verifies the server.
     tls_server_name: name to check in the server certificate, if not the host dialed.
     insecure:  allow serving a non-loopback address without a token.
+    tls_client_auth: servers with a CA require client certificates (mTLS).
     """
 
     token: str | None = None
@@ -47,6 +49,7 @@ class Security:
     tls_ca: str | None = None
     tls_server_name: str | None = None
     insecure: bool = False
+    tls_client_auth: bool = True
 
     @property
     def tls(self) -> bool:
@@ -74,6 +77,8 @@ class Security:
                 env[key] = value
         if self.insecure:
             env["FTRL_INSECURE"] = "1"
+        if not self.tls_client_auth:
+            env["FTRL_TLS_NO_CLIENT_AUTH"] = "1"
         return env
 
     @classmethod
@@ -85,6 +90,7 @@ class Security:
             tls_ca=os.environ.get("FTRL_TLS_CA"),
             tls_server_name=os.environ.get("FTRL_TLS_SERVER_NAME"),
             insecure=os.environ.get("FTRL_INSECURE") == "1",
+            tls_client_auth=os.environ.get("FTRL_TLS_NO_CLIENT_AUTH") != "1",
         )
 
     @classmethod
@@ -97,6 +103,7 @@ class Security:
         tls_ca: str | None = None,
         tls_server_name: str | None = None,
         insecure: bool = False,
+        tls_client_auth: bool = True,
     ) -> Security:
         """Build from CLI-style options; the token comes from `token`, the file, or FTRL_TOKEN."""
         if token is None and token_file:
@@ -110,7 +117,7 @@ class Security:
                 raise ConfigError(f"{what} file {path!r} does not exist")
         if bool(tls_cert) != bool(tls_key):
             raise ConfigError("--tls-cert and --tls-key must be given together")
-        return cls(token, tls_cert, tls_key, tls_ca, tls_server_name, insecure)
+        return cls(token, tls_cert, tls_key, tls_ca, tls_server_name, insecure, tls_client_auth)
 
     # ---------------------------------------------------------------- credentials
 
@@ -121,7 +128,9 @@ class Security:
             return None
         pair = (Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes())  # type: ignore[arg-type]
         ca = Path(self.tls_ca).read_bytes() if self.tls_ca else None
-        return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
+        return grpc.ssl_server_credentials(
+            [pair], root_certificates=ca if self.tls_client_auth else None,
+            require_client_auth=ca is not None and self.tls_client_auth)
 
     def channel_credentials(self) -> grpc.ChannelCredentials | None:
         if not self.tls:

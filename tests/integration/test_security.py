@@ -322,12 +322,12 @@ def test_mtls_cluster_serves_clients_with_cluster_certs_only(tmp_path):
 def test_server_tls_without_client_certificates(tmp_path):
     """TLS one way: servers prove who they are, clients need only the CA (and the token).
 
-    Workers also dial as clients; with --tls-ca a server would demand client
-    certificates, so here they trust the CA through gRPC's default roots file."""
+    Workers also dial as clients and verify the coordinator with --tls-ca;
+    --tls-no-client-auth keeps the servers from demanding client certificates."""
     pki = make_pki(tmp_path / "pki")
-    env = {**cluster_env(), "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": pki.ca}
-    cluster = SecureCluster(1, 2, server_flags=["--tls-cert", pki.node_cert, "--tls-key", pki.node_key],
-                            client_security=Security(tls_ca=pki.ca), env=env, **FAST)
+    cluster = SecureCluster(1, 2, server_flags=["--tls-cert", pki.node_cert, "--tls-key", pki.node_key,
+                                                "--tls-ca", pki.ca, "--tls-no-client-auth"],
+                            client_security=Security(tls_ca=pki.ca), env=cluster_env(), **FAST)
     with cluster as cl:
         c = cl.client()
         target = c.create_actor(TARGET, name="tls1-target")
