@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from ftrl.coordinator.controller import Controller
 from ftrl.coordinator.records import ActorState
@@ -274,18 +274,18 @@ class CoordinatorServer:
         opts = server_options(MAX_CONTROL_MESSAGE)
         opts = [o for o in opts if o[0] != "grpc.max_send_message_length"]
         opts.append(("grpc.max_send_message_length", 64 << 20))
-        server = aio.server(options=opts, interceptors=self.security.interceptors())
+        server = aio.server(options=opts)
+        token = self.security.token
         add_servicer(pb_grpc.add_CoordinatorServicer_to_server, self.servicer, server,
-                     self_checked=frozenset({"Connect"}))
+                     self_checked=frozenset({"Connect"}), token=token)
         health_servicer = health.aio.HealthServicer()
         for service in ("", "ftrl.v1.Coordinator"):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            (pb.DESCRIPTOR.services_by_name["Coordinator"].full_name, reflection.SERVICE_NAME,
-             health.SERVICE_NAME),
-            server,
-        )
+        names = (pb.DESCRIPTOR.services_by_name["Coordinator"].full_name, reflection.SERVICE_NAME,
+                 health.SERVICE_NAME)
+        add_servicer(reflection_pb2_grpc.add_ServerReflectionServicer_to_server,
+                     reflection.aio.ReflectionServicer(names), server, token=token)
         self.port = bind(server, f"{_bracket(self.host)}:{self.port}", self.security)
         await server.start()
         self._server = server

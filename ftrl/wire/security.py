@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 AUTH_HEADER = "authorization"
 CALLER_HEADER = "ftrl-caller"
-OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
 
 
 @dataclass(frozen=True)
@@ -140,8 +139,6 @@ class Security:
         cert = Path(self.tls_cert).read_bytes() if self.tls_cert else None
         return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
-    def interceptors(self) -> list[aio.ServerInterceptor]:
-        return [TokenAuthInterceptor(self.token)] if self.token else []
 
 
 def read_token_file(path: str) -> str:
@@ -228,45 +225,21 @@ def secure_channel(target: str, security: Security, options: Iterable[tuple[str,
     return aio.secure_channel(target, creds, options=opts)
 
 
-class TokenAuthInterceptor(aio.ServerInterceptor):
-    """Rejects calls without the right `authorization: Bearer <token>` metadata."""
+class TokenCheck:
+    """Compares the `authorization` metadata of a call with `Bearer <token>` in
+    constant time (see ftrl.wire.strict, which applies it to every method)."""
 
     def __init__(self, token: str):
         self._expected = f"Bearer {token}".encode()
 
-    async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        if handler is None or handler_call_details.method in OPEN_METHODS:
-            return handler
+    def refusal(self, metadata) -> str | None:
+        """None if the call carries the token, else why it is refused."""
         got = ""
-        for key, value in handler_call_details.invocation_metadata or ():
+        for key, value in metadata or ():
             if key == AUTH_HEADER:
                 got = value if isinstance(value, str) else ""
                 break
         if hmac.compare_digest(got.encode(), self._expected):
-            return handler
+            return None
         reason = "missing cluster token" if not got else "wrong cluster token"
-        return _deny(handler, reason)
-
-
-def _deny(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
-    message = f"{reason}: pass the cluster token (--token-file or FTRL_TOKEN)"
-
-    async def unary(request, context):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
-    async def streaming(request_iterator, context):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        yield  # pragma: no cover  (makes this an async generator)
-
-    kw = dict(
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(streaming, **kw)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(unary, **kw)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(streaming, **kw)
-    return grpc.unary_unary_rpc_method_handler(unary, **kw)
+        return f"{reason}: pass the cluster token (--token-file or FTRL_TOKEN)"

@@ -190,7 +190,7 @@ class ActorServicer(pb_grpc.ActorServicer):
 
 
 def new_actor_server(servicer: ActorServicer, security, max_message: int) -> aio.Server:
-    """A grpc.aio server for one actor with auth interceptors and size caps.
+    """A grpc.aio server for one actor with the token guard and size caps.
 
     Requests are capped at `max_message` (streamed calls come in 1 MiB chunks);
     a unary reply carries a whole result, so replies may reach MAX_CALL_BYTES.
@@ -199,6 +199,7 @@ def new_actor_server(servicer: ActorServicer, security, max_message: int) -> aio
 
     options = [o for o in server_options(max_message) if o[0] != "grpc.max_send_message_length"]
     options.append(("grpc.max_send_message_length", MAX_CALL_BYTES + CHUNK_BYTES))
-    server = aio.server(options=options, interceptors=security.interceptors())
-    add_servicer(pb_grpc.add_ActorServicer_to_server, servicer, server, self_checked=frozenset({"Call"}))
+    server = aio.server(options=options)
+    add_servicer(pb_grpc.add_ActorServicer_to_server, servicer, server,
+                 self_checked=frozenset({"Call"}), token=security.token)
     return server
