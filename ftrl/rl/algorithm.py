@@ -409,23 +409,7 @@ class Algorithm:
 
     def check_compatible(self, state: dict[str, Any]) -> None:
         """Raise ConfigError if this config cannot continue from `state`."""
-        old = state.get("config") or {}
-        new = self.config.to_dict()
-        for key in _FIXED_ON_RESUME:
-            if str(old.get(key)) != str(new.get(key)):
-                raise ConfigError(
-                    f"cannot resume: the checkpoint was made with {key}={old.get(key)!r}, this "
-                    f"run has {key}={new.get(key)!r}; use another --output directory"
-                )
-        old_model = config_from_dict(old).model_config if old else None
-        if old_model is not None and old_model != self.config.model_config:
-            raise ConfigError(
-                f"cannot resume: the checkpoint's model {old_model} differs from this run's "
-                f"{self.config.model_config}"
-            )
-        old_spec = SpaceSpec.from_dict(state["space_spec"])
-        if old_spec != self.spec:
-            raise ConfigError(f"cannot resume: the checkpoint's spaces {old_spec} differ from the env's {self.spec}")
+        check_resume_compatible(self.config, self.spec, state)
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore from `get_state()` output (after `check_compatible`)."""
@@ -562,6 +546,28 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any]) -> None:
+    """Raise ConfigError if a run with `config` on spaces `spec` cannot continue from
+    checkpoint `state` (another env, algorithm, model shape or spaces)."""
+    old = state.get("config") or {}
+    new = config.to_dict()
+    for key in _FIXED_ON_RESUME:
+        if str(old.get(key)) != str(new.get(key)):
+            raise ConfigError(
+                f"cannot resume: the checkpoint was made with {key}={old.get(key)!r}, this "
+                f"run has {key}={new.get(key)!r}; use another --output directory"
+            )
+    old_model = config_from_dict(old).model_config if old else None
+    if old_model is not None and old_model != config.model_config:
+        raise ConfigError(
+            f"cannot resume: the checkpoint's model {old_model} differs from this run's "
+            f"{config.model_config}"
+        )
+    old_spec = SpaceSpec.from_dict(state["space_spec"])
+    if old_spec != spec:
+        raise ConfigError(f"cannot resume: the checkpoint's spaces {old_spec} differ from the env's {spec}")
 
 
 # --------------------------------------------------------------------------- signals

@@ -26,6 +26,14 @@ from ftrl.rl.metrics import json_safe
 
 log = logging.getLogger(__name__)
 
+_FINAL_STAGES = ("FINISHED", "STOPPED", "FAILED")
+# What a follower needs to show progress (Progress.format), not the whole result.
+_PROGRESS_KEYS = frozenset({
+    "iteration", "env_steps_sampled", "episode_return_mean", "num_env_runners",
+    "num_healthy_env_runners", "num_env_runner_restarts", "num_sub_env_restarts", "time_s",
+    "evaluation",
+})
+
 
 class AlgorithmDriver:
     """Runs one job (config + stop criteria) to its end inside an actor process.
@@ -53,7 +61,7 @@ class AlgorithmDriver:
         self.job_name = job_name
         self.output_dir = Path(output_dir)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._status: dict[str, Any] = {"stage": "STARTING", "incarnation": self.incarnation}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ftrl-driver", daemon=True)
@@ -62,6 +70,7 @@ class AlgorithmDriver:
     def _set(self, **values: Any) -> None:
         with self._lock:
             self._status.update(json_safe(values))
+            self._lock.notify_all()
 
     def _main(self) -> None:
         algo = None
@@ -88,6 +97,7 @@ class AlgorithmDriver:
 
     def _on_result(self, result: dict[str, Any]) -> None:
         self._set(
+            result={k: v for k, v in result.items() if k in _PROGRESS_KEYS},
             iteration=result["iteration"],
             env_steps_sampled=result["env_steps_sampled"],
             episode_return_mean=result.get("episode_return_mean"),
@@ -100,6 +110,19 @@ class AlgorithmDriver:
         """{"stage": STARTING|RUNNING|FINISHED|STOPPED|FAILED, "iteration",
         "env_steps_sampled", "episode_return_mean", "incarnation", "restored_from", ...}."""
         with self._lock:
+            return dict(self._status)
+
+    def wait_status(self, after_iteration: int, timeout_s: float = 10.0) -> dict[str, Any]:
+        """Block until an iteration past `after_iteration` is done or the run ended
+        (or `timeout_s` passed, at most 60 s); return the status. For followers such
+        as `ftrl train`, instead of polling. Needs max_concurrency >= 2."""
+        deadline = min(max(0.0, timeout_s), 60.0)
+        with self._lock:
+            self._lock.wait_for(
+                lambda: (self._status.get("iteration") or 0) > after_iteration
+                or self._status.get("stage") in _FINAL_STAGES,
+                timeout=deadline,
+            )
             return dict(self._status)
 
     def stop(self) -> dict[str, Any]:

@@ -13,18 +13,25 @@ Outputs under --output DIR (default ftrl_results/ALGO_ENV): metrics.jsonl (one l
 iteration), checkpoints/, result.json. A fresh run refuses a DIR that already holds
 checkpoints; --resume continues from its newest valid checkpoint.
 
-Remote env runners need a cluster: `--coordinator` connects to a running one, else
+The job runs on a cluster: `--coordinator` connects to a running one, else
 `cluster_factory(args, config)` makes one (default: the embedded local cluster, real
-coordinator and worker processes, torn down at the end). With num_env_runners=0 (and no
-evaluation runners) nothing is started: sampling happens in this process.
+coordinator and worker processes on 127.0.0.1, torn down at the end). The job's driver
+is the actor `JOB/algorithm` (ftrl.rl.driver:AlgorithmDriver) and its runners are
+`JOB/env_runner/I`; this process only follows the driver's progress. If the driver dies
+it is restarted in place, re-attaches to the runners that stayed up and resumes from
+its newest checkpoint; the follower waits for it and goes on. The config and the
+environment are checked here first, so a bad job fails before any process starts.
+`--in-process` runs the driver in this process instead (runners still on a cluster
+when num_env_runners > 0).
 Ctrl-C (or SIGTERM) stops after the current iteration with a final checkpoint and
-result.json; a second Ctrl-C aborts at once (result.json, no final checkpoint).
+result.json; a second Ctrl-C aborts at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import math
@@ -71,6 +78,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     if not any(a.dest == "coordinator" for a in parser._actions):
         parser.add_argument("--coordinator", metavar="HOST:PORT", help="use a running cluster")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the driver in this process, not as the JOB/algorithm actor")
 
 
 def build_job(args: argparse.Namespace) -> JobSpec:
@@ -122,7 +131,7 @@ def needs_cluster(config: AlgorithmConfig) -> bool:
 
 
 def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -> Any:
-    """The embedded local cluster sized for the job's runners."""
+    """The embedded local cluster sized for the job's driver and runners."""
     from ftrl.client.cluster import LocalCluster
 
     run = config.env_runners_cfg
@@ -132,12 +141,14 @@ def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -
         cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
     slots = max(int(cpus + 0.999), os.cpu_count() or 1)
     # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
-    return LocalCluster(workers=1, slots=slots, spares=2, preload="ftrl.rl.env_runner")
+    return LocalCluster(workers=1, slots=slots, spares=2, preload="ftrl.rl.env_runner",
+                        log_level="WARNING")
 
 
 @contextlib.contextmanager
-def _client_for(args: argparse.Namespace, config: AlgorithmConfig, cluster_factory: ClusterFactory | None) -> Iterator[Any]:
-    if not needs_cluster(config):
+def _client_for(args: argparse.Namespace, config: AlgorithmConfig, cluster_factory: ClusterFactory | None,
+                always: bool = False) -> Iterator[Any]:
+    if not always and not needs_cluster(config):
         yield None
         return
     coordinator = getattr(args, "coordinator", None)
@@ -145,12 +156,13 @@ def _client_for(args: argparse.Namespace, config: AlgorithmConfig, cluster_facto
         from ftrl.client.client import Client
         from ftrl.wire.security import Security
 
+        env = os.environ.get
         security = Security.from_options(
             token_file=getattr(args, "token_file", None),
-            tls_cert=getattr(args, "tls_cert", None),
-            tls_key=getattr(args, "tls_key", None),
-            tls_ca=getattr(args, "tls_ca", None),
-            tls_server_name=getattr(args, "tls_server_name", None),
+            tls_cert=getattr(args, "tls_cert", None) or env("FTRL_TLS_CERT"),
+            tls_key=getattr(args, "tls_key", None) or env("FTRL_TLS_KEY"),
+            tls_ca=getattr(args, "tls_ca", None) or env("FTRL_TLS_CA"),
+            tls_server_name=getattr(args, "tls_server_name", None) or env("FTRL_TLS_SERVER_NAME"),
         )
         client = Client(coordinator, security=security)
         try:
@@ -278,6 +290,148 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
     if stop.stop_reward is None and stop.stop_timesteps is None and stop.stop_iters is None:
         print("ftrl train: no stop criterion given; training until Ctrl-C", file=sys.stderr)
     progress = Progress(enabled=not getattr(args, "quiet", False))
+    if getattr(args, "in_process", False):
+        return _train_here(args, job, output, progress, cluster_factory)
+    try:
+        check_job(job, output if getattr(args, "resume", False) else None)
+    except ConfigError as e:
+        print(f"ftrl train: config error: {e}", file=sys.stderr)
+        return 2
+    try:
+        with _sigterm_as_interrupt(), _client_for(args, config, cluster_factory, always=True) as client:
+            return _follow_driver(client, args, job, output, progress)
+    except KeyboardInterrupt:
+        print("ftrl train: aborted", file=sys.stderr)
+        return 130
+    except ConfigError as e:
+        print(f"ftrl train: config error: {e}", file=sys.stderr)
+        return 2
+    except FtrlError as e:
+        print(f"ftrl train: failed: {e}", file=sys.stderr)
+        return 1
+
+
+def check_job(job: JobSpec, resume_from: Path | None = None) -> None:
+    """Fail early (before any process starts) on a config or environment that cannot
+    work, or (with `resume_from`) a checkpoint this config cannot continue; corrupt
+    checkpoints are reported (and skipped) here too."""
+    from ftrl.rl.algorithm import check_resume_compatible
+    from ftrl.rl.checkpoint import CheckpointManager
+    from ftrl.rl.env_factory import probe_spaces
+    from ftrl.rl.spaces import space_spec
+
+    config = job.config
+    config.validate()
+    env = config.environment_cfg
+    observation_space, action_space = probe_spaces(env.env, env.env_config)
+    spec = space_spec(observation_space, action_space)  # ConfigError for spaces we cannot handle
+    if resume_from is not None:
+        found = CheckpointManager(resume_from / "checkpoints").load_latest()
+        if found is None:
+            print(f"ftrl train: no valid checkpoint in {resume_from}; starting fresh", file=sys.stderr)
+        else:
+            check_resume_compatible(config, spec, found[0])
+
+
+def job_to_dict(job: JobSpec) -> dict[str, Any]:
+    """The job as the msgpack-able dict AlgorithmDriver takes."""
+    data = job.config.to_dict()
+    data["stop"] = {k: v for k, v in dataclasses.asdict(job.stop).items() if v is not None}
+    return data
+
+
+DRIVER_CLASS = "ftrl.rl.driver:AlgorithmDriver"
+DRIVER_MAX_RESTARTS = 20
+FINAL_STAGES = ("FINISHED", "STOPPED", "FAILED")
+
+
+def _follow_driver(client: Any, args: argparse.Namespace, job: JobSpec, output: Path, progress: Progress) -> int:
+    """Start the job's driver actor, show its progress until it ends, clean up."""
+    from ftrl.wire.errors import (
+        ActorDiedError,
+        ActorStartError,
+        ActorUnavailableError,
+        FtrlTimeoutError,
+    )
+
+    job_name = _job_name(args, output)
+    name = f"{job_name}/algorithm"
+    kwargs = {"job": job_to_dict(job), "output_dir": str(output.resolve()), "job_name": job_name}
+    status: dict[str, Any] = {}
+    try:
+        try:
+            # The driver reserves no slot: a cluster sized for the runners runs the job.
+            driver = client.create_actor(DRIVER_CLASS, name=name, kwargs=kwargs, resources={"cpu": 0},
+                                         max_restarts=DRIVER_MAX_RESTARTS, max_concurrency=4, timeout=300)
+        except ActorStartError as e:
+            print(f"ftrl train: the driver could not start: {e}", file=sys.stderr)
+            return 2
+        follow = driver.options(timeout=90, resolve_timeout=120)
+        iteration, incarnation, stopping = -1, driver.incarnation, False
+        while status.get("stage") not in FINAL_STAGES:
+            try:
+                status = follow.call("wait_status", iteration, 10.0)
+            except KeyboardInterrupt:
+                if stopping:
+                    raise
+                stopping = True
+                print("\nftrl train: stopping after this iteration (Ctrl-C again aborts)", file=sys.stderr)
+                follow.call("stop")
+                continue
+            except (ActorUnavailableError, FtrlTimeoutError) as e:
+                print(f"\nftrl train: driver unreachable ({e}); waiting for it to restart", file=sys.stderr)
+                continue
+            if iteration < 0 and status.get("restored_from") and follow.incarnation == incarnation:
+                print(f"ftrl train: resumed from {status['restored_from']}", file=sys.stderr)
+            if follow.incarnation != incarnation:
+                incarnation = follow.incarnation
+                print(f"\nftrl train: driver restarted (incarnation {incarnation}); resuming from "
+                      f"{status.get('restored_from') or 'the start'}", file=sys.stderr)
+            if (status.get("iteration") or 0) > iteration:
+                iteration = status.get("iteration") or 0
+                if status.get("result"):
+                    progress(status["result"])
+    except ActorDiedError as e:
+        print(f"ftrl train: the driver is gone: {e}", file=sys.stderr)
+        return 1
+    finally:
+        progress.close(status.get("result"))
+        _stop_job(client, job_name)
+    if status.get("stage") == "FAILED":
+        print(f"ftrl train: failed: {status.get('error')}", file=sys.stderr)
+        return 1
+    summary = status.get("summary") or {}
+    _print_summary(summary, output)
+    return 130 if summary.get("stop_reason") in ("interrupted", "stopped") else 0
+
+
+def _stop_job(client: Any, job_name: str) -> None:
+    """Kill the job's actors (driver first, then its runners)."""
+    with contextlib.suppress(FtrlError):
+        client.kill_actor(f"{job_name}/algorithm", "job ended")
+    with contextlib.suppress(FtrlError):
+        for actor in client.actors(prefix=f"{job_name}/"):
+            if actor["state"] != "DEAD":
+                with contextlib.suppress(FtrlError):
+                    client.kill_actor(actor["name"], "job ended")
+
+
+def _print_summary(summary: dict[str, Any], output: Path) -> None:
+    reason = summary.get("stop_reason")
+    ret = summary.get("episode_return_mean")
+    why = {"stopped": "stopped on request", "interrupted": "aborted"}.get(reason, f"stopped by {reason}")
+    print(
+        f"ftrl train: {why} at iteration {summary.get('iteration')}, "
+        f"{summary.get('env_steps_sampled', 0):,} env steps, return "
+        f"{'-' if ret is None else f'{ret:.1f}'}; outputs in {output}",
+        file=sys.stderr,
+    )
+
+
+def _train_here(args: argparse.Namespace, job: JobSpec, output: Path, progress: Progress,
+                cluster_factory: ClusterFactory | None) -> int:
+    """--in-process: the driver (the Algorithm) runs in this process."""
+    config, stop = job.config, job.stop
     algo = None
     summary: dict[str, Any] | None = None
     try:
@@ -305,16 +459,8 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
         print(f"ftrl train: failed: {e}", file=sys.stderr)
         return 1
     assert summary is not None
-    reason = summary["stop_reason"]
-    ret = summary.get("episode_return_mean")
-    why = {"stopped": "stopped on request", "interrupted": "aborted"}.get(reason, f"stopped by {reason}")
-    print(
-        f"ftrl train: {why} at iteration {summary['iteration']}, "
-        f"{summary['env_steps_sampled']:,} env steps, return "
-        f"{'-' if ret is None else f'{ret:.1f}'}; outputs in {output}",
-        file=sys.stderr,
-    )
-    return 130 if reason in ("interrupted", "stopped") else 0
+    _print_summary(summary, output)
+    return 130 if summary["stop_reason"] in ("interrupted", "stopped") else 0
 
 
 def _positive_int(text: str) -> int:
