@@ -156,7 +156,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # Acks renew the worker's lease (send time + 80% of the timeout); every
         # `ack_every`-th heartbeat is enough and halves the coordinator's writes.
         cfg = self.c.config
-        ack_every = max(1, int(cfg.heartbeat_timeout_s / (2.5 * cfg.heartbeat_interval_s)))
+        ack_every = max(1, int(cfg.heartbeat_timeout_s / (1.6 * cfg.heartbeat_interval_s)))
         try:
             async for msg in requests:
                 check(msg)
