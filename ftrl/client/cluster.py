@@ -61,6 +61,11 @@ class LocalCluster:
         self.log_level = log_level
         self.port = port
         self.env = {**os.environ, **(env or {}), "FTRL_DIE_WITH_PARENT": "1"}
+        # Actors import user code by path: let them find modules next to the caller,
+        # as `python script.py` would.
+        path = self.env.get("PYTHONPATH", "")
+        if os.getcwd() not in path.split(os.pathsep):
+            self.env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), path) if p)
         self.env.pop("FTRL_TOKEN", None)
         self.worker_args = worker_args or []
         self.token_file = self.state_dir / "token"
@@ -109,7 +114,7 @@ class LocalCluster:
         )
         with self._log("coordinator") as log:
             self.coordinator_proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env,
-                                                     stdin=subprocess.DEVNULL)
+                                                     stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while not port_file.exists():
             if self.coordinator_proc.poll() is not None:
@@ -134,7 +139,7 @@ class LocalCluster:
             cmd += ["--preload", self.preload]
         with self._log(f"worker-{node_id}") as log:
             self.worker_procs[node_id] = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env,
-                                                          stdin=subprocess.DEVNULL)
+                                                          stdin=subprocess.DEVNULL, start_new_session=True)
         return node_id
 
     def wait_nodes(self, node_ids: list[str], timeout: float = 60.0) -> None:

@@ -19,6 +19,7 @@ LocalClient is used.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import threading
@@ -110,11 +111,11 @@ class Algorithm:
         needs_client = cfg.env_runners_cfg.num_env_runners > 0 or (
             cfg.evaluation_cfg.evaluation_interval is not None and cfg.evaluation_cfg.evaluation_num_env_runners > 0
         )
+        self._own_cluster = None
         if needs_client and client is None:
-            from ftrl.rl.local_handle import LocalClient
-
-            log.info("no client given: remote env runners run as in-process thread actors")
-            client = LocalClient()
+            log.info("no client given: starting an embedded local cluster for the env runners")
+            self._own_cluster = embedded_cluster_for(cfg).start()
+            client = self._own_cluster.client()
             self._own_client = True
         self.client = client
         self.local_runner: EnvRunner | None = None
@@ -540,12 +541,29 @@ class Algorithm:
                 group.stop(kill=True)
         if self._own_client and self.client is not None:
             self.client.close()
+        if self._own_cluster is not None:
+            self._own_cluster.stop()
 
     def __enter__(self) -> Algorithm:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def embedded_cluster_for(config: AlgorithmConfig) -> Any:
+    """An (unstarted) embedded local cluster sized for the config's env runners."""
+    from ftrl.client.cluster import LocalCluster
+
+    run = config.env_runners_cfg
+    ev = config.evaluation_cfg
+    cpus = run.num_env_runners * run.num_cpus_per_env_runner
+    if ev.evaluation_interval is not None:
+        cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
+    slots = max(int(cpus + 0.999), os.cpu_count() or 1)
+    # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
+    return LocalCluster(workers=1, slots=slots, spares=2, preload="ftrl.rl.env_runner",
+                        log_level="WARNING")
 
 
 def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any]) -> None:

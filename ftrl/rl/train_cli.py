@@ -131,18 +131,10 @@ def needs_cluster(config: AlgorithmConfig) -> bool:
 
 
 def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -> Any:
-    """The embedded local cluster sized for the job's driver and runners."""
-    from ftrl.client.cluster import LocalCluster
+    """The embedded local cluster sized for the job's runners (the driver takes no slot)."""
+    from ftrl.rl.algorithm import embedded_cluster_for
 
-    run = config.env_runners_cfg
-    ev = config.evaluation_cfg
-    cpus = run.num_env_runners * run.num_cpus_per_env_runner
-    if ev.evaluation_interval is not None:
-        cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
-    slots = max(int(cpus + 0.999), os.cpu_count() or 1)
-    # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
-    return LocalCluster(workers=1, slots=slots, spares=2, preload="ftrl.rl.env_runner",
-                        log_level="WARNING")
+    return embedded_cluster_for(config)
 
 
 @contextlib.contextmanager
