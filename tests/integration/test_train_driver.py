@@ -51,7 +51,7 @@ def test_killed_driver_actor_restarts_in_place_and_the_run_goes_on(tmp_path):
         before = _actors(job)
         assert set(before) == {f"{job}/algorithm", f"{job}/env_runner/0", f"{job}/env_runner/1"}
         os.kill(before[f"{job}/algorithm"], signal.SIGKILL)
-        stdout, stderr = proc.communicate(timeout=180)
+        _, stderr = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -75,7 +75,7 @@ def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint(tmp_path):
     try:
         wait_until(lambda: len(_iterations(out)) >= 5, timeout=120, what="five iterations")
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends: the whole foreground group
-        stdout, stderr = proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
