@@ -385,14 +385,16 @@ class AsyncActorHandle:
         if not self._usable:
             await self._resolve()
         try:
-            return await self._call_once(method, payload)
-        except StaleIncarnationError:
+            return await self._call_checked(method, payload)
+        except StaleIncarnationError as e:
+            if e.discarded:  # it ran on a copy fenced meanwhile: the caller decides
+                raise
             # Refused before running: safe to retry once on the current incarnation.
             self._usable = False
             if self.strict:
                 raise
             await self._resolve()
-            return await self._call_once(method, payload)
+            return await self._call_checked(method, payload)
         except ActorUnavailableError as e:
             self._usable = False
             self._failed = (self.incarnation, self.address)
@@ -402,7 +404,32 @@ class AsyncActorHandle:
         # The connection was refused: the call never reached the actor, so it is
         # safe to send it to whatever incarnation serves now.
         await self._resolve()
-        return await self._call_once(method, payload)
+        return await self._call_checked(method, payload)
+
+    async def _call_checked(self, method: str, payload: tuple[list, int]) -> Any:
+        """One call; if it outlived the trust in its callee, the callee must still be
+        current before its result is accepted (a fenced copy's result is discarded)."""
+        incarnation = self.incarnation
+        result = await self._call_once(method, payload)
+        if time.monotonic() < self._trusted_until:
+            return result
+        asked = time.monotonic()
+        try:
+            info = await self.client._rpc("GetActor", pb.GetActorRequest(name=self.name),
+                                          timeout=REVALIDATE_TIMEOUT_S)
+        except (ActorUnavailableError, FtrlTimeoutError):
+            return result  # the coordinator is away: nothing can have been fenced
+        if info.incarnation == incarnation and info.state != pb.ACTOR_DEAD:
+            if info.state == pb.ACTOR_ALIVE and info.address == self.address:
+                self._adopt(info, asked)
+            return result
+        self._usable = False
+        error = StaleIncarnationError(
+            f"discarded the result of {self.name}.{method}(): incarnation {incarnation} was "
+            f"fenced while the call ran (now incarnation {info.incarnation}, "
+            f"{'DEAD' if info.state == pb.ACTOR_DEAD else 'replaced'})")
+        error.discarded = True
+        raise error
 
     async def _call_once(self, method: str, payload: tuple[list, int]) -> Any:
         address = self.address

@@ -56,9 +56,13 @@ class PermissionDeniedError(FtrlError):
 
 
 class StaleIncarnationError(FtrlError):
-    """The call was meant for another incarnation of the actor (fencing)."""
+    """The call was meant for another incarnation of the actor (fencing).
+
+    `discarded` is True when the call did run, on an incarnation that was fenced
+    while it ran, and its result was thrown away."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
+    discarded = False
 
 
 class ActorUnavailableError(FtrlError):

@@ -136,3 +136,35 @@ def test_coordinator_restart_keeps_workers_and_actors(make_cluster):
     fresh = c.create_actor(COUNTER, name="newcomer")
     assert fresh.call("incr") == 1
     assert running(worker) and worker.pid == worker_pid
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_result_of_a_call_that_outlived_its_fenced_callee_is_discarded(make_cluster, strict):
+    """A call in flight to a copy on a node that is declared lost meanwhile: the copy
+    finishes and answers, but its result must not be accepted after the fence."""
+    cluster = make_cluster(workers=1, slots=2)
+    c = cluster.client()
+    c.create_actor(COUNTER, name="slow", max_restarts=-1)
+    old = c.actor("slow")
+    cluster.wait_nodes([cluster.start_worker("local-1")])
+    handle = c.get_actor("slow", strict=strict)
+    assert handle.call("pid") == old["pid"]
+    future = handle.submit("sleep", 6.0)
+    worker = cluster.worker_procs[old["node_id"]]
+    worker.send_signal(signal.SIGSTOP)  # its heartbeats stop; the actor process runs on
+    try:
+        moved = c.wait_actor("slow", 30, min_incarnation=old["incarnation"] + 1)
+        assert moved["node_id"] == "local-1" and moved["state"] == "ALIVE"
+        with pytest.raises(ftrl.StaleIncarnationError, match="discarded the result of slow.sleep") as info:
+            future.result(timeout=30)
+        assert info.value.discarded
+        assert not pid_gone(old["pid"])  # the old copy did run the call to its end
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    # healed: the old node is told to stop its fenced copy; calls go to the new one
+    wait_until(lambda: pid_gone(old["pid"]), 30, what="the fenced copy to stop")
+    if not strict:
+        assert handle.call("pid") == moved["pid"]
+    else:
+        assert handle.wait_alive(10) == moved["incarnation"]
+        assert handle.call("pid") == moved["pid"]
