@@ -155,7 +155,7 @@ def test_result_of_a_call_that_outlived_its_fenced_callee_is_discarded(make_clus
     try:
         moved = c.wait_actor("slow", 30, min_incarnation=old["incarnation"] + 1)
         assert moved["node_id"] == "local-1" and moved["state"] == "ALIVE"
-        with pytest.raises(ftrl.StaleIncarnationError, match="discarded the result of slow.sleep") as info:
+        with pytest.raises(ftrl.StaleIncarnationError, match=r"discarded the result of slow\.sleep") as info:
             future.result(timeout=30)
         assert info.value.discarded
         assert not pid_gone(old["pid"])  # the old copy did run the call to its end
