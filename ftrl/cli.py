@@ -164,12 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("coordinator", help="run the control plane")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=6380, help="port (0 = any free port)")
-    p.add_argument("--state-dir", help="directory for coordinator state")
+    p.add_argument("--state-dir", help="directory for coordinator state (reserved: durable "
+                   "state arrives with jobs; today a restarted coordinator rebuilds its registry "
+                   "from what the workers report)")
     p.add_argument("--heartbeat-interval", type=_positive(float), default=1.0, metavar="S")
     p.add_argument("--heartbeat-timeout", type=_positive(float), default=5.0, metavar="S")
     p.add_argument("--max-node-failures", type=int, default=100,
                    help="actor failures after which a node is excluded (-1 = never)")
-    p.add_argument("--http-port", type=int, help="(reserved) HTTP status port")
+    p.add_argument("--http-port", type=int, help="(reserved) HTTP status page and /metrics")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
     p.add_argument("--create-rate", type=_positive(float), default=200.0, metavar="N",
                    help="CreateActor calls per second allowed per peer host (default 200)")

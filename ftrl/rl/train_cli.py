@@ -289,9 +289,17 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
     except ConfigError as e:
         print(f"ftrl train: config error: {e}", file=sys.stderr)
         return 2
-    try:
+    def follow() -> int:
         with _sigterm_as_interrupt(), _client_for(args, config, cluster_factory, always=True) as client:
             return _follow_driver(client, args, job, output, progress)
+
+    return _exit_code(follow)
+
+
+def _exit_code(run: Callable[[], int]) -> int:
+    """`run()`'s exit code, or the code (and message) for how it failed."""
+    try:
+        return run()
     except KeyboardInterrupt:
         print("ftrl train: aborted", file=sys.stderr)
         return 130
@@ -424,35 +432,24 @@ def _train_here(args: argparse.Namespace, job: JobSpec, output: Path, progress: 
                 cluster_factory: ClusterFactory | None) -> int:
     """--in-process: the driver (the Algorithm) runs in this process."""
     config, stop = job.config, job.stop
-    algo = None
-    summary: dict[str, Any] | None = None
-    try:
+
+    def train() -> int:
+        summary: dict[str, Any] | None = None
         with _sigterm_as_interrupt(), _client_for(args, config, cluster_factory) as client:
-            algo = config.build(
-                client=client,
-                output_dir=output,
-                resume=getattr(args, "resume", False),
-                job_name=_job_name(args, output),
-            )
+            algo = config.build(client=client, output_dir=output, resume=getattr(args, "resume", False),
+                                job_name=_job_name(args, output))
             if algo.restored_from is not None:
-                print(f"ftrl train: resumed from {algo.restored_from} (iteration {algo.iteration})", file=sys.stderr)
+                print(f"ftrl train: resumed from {algo.restored_from} (iteration {algo.iteration})",
+                      file=sys.stderr)
             try:
                 summary = algo.run(stop, on_result=progress)
             finally:
                 progress.close(summary.get("result") if summary else None)
                 algo.stop()
-    except KeyboardInterrupt:
-        print("ftrl train: interrupted", file=sys.stderr)
-        return 130
-    except ConfigError as e:
-        print(f"ftrl train: config error: {e}", file=sys.stderr)
-        return 2
-    except FtrlError as e:
-        print(f"ftrl train: failed: {e}", file=sys.stderr)
-        return 1
-    assert summary is not None
-    _print_summary(summary, output)
-    return 130 if summary["stop_reason"] in ("interrupted", "stopped") else 0
+        _print_summary(summary, output)
+        return 130 if summary["stop_reason"] in ("interrupted", "stopped") else 0
+
+    return _exit_code(train)
 
 
 def _positive_int(text: str) -> int:
