@@ -299,13 +299,11 @@ class AsyncActorHandle:
         return await self.client.actor(self.name)
 
     async def wait_alive(self, timeout: float = 60.0) -> int:
-        """Wait until the actor is ALIVE, adopt that incarnation and return it."""
-        asked = time.monotonic()
-        info = await self.client.wait_actor(self.name, timeout)
-        if info.state == pb.ACTOR_DEAD:
-            raise _dead_error(info)
-        self._adopt(info, asked)
-        return info.incarnation
+        """Wait until the actor is ALIVE, adopt that incarnation and return it. After
+        this handle saw a call fail, the incarnation it failed on only counts if it
+        still answers (the coordinator may not have heard of the death yet)."""
+        await self._resolve(timeout, adopt_any=True)
+        return self.incarnation
 
     def _adopt(self, info: pb.ActorInfo, asked: float) -> None:
         self._info, self.incarnation, self._usable, self._failed = info, info.incarnation, True, None
@@ -332,12 +330,13 @@ class AsyncActorHandle:
                 f"actor {self.name} was replaced (incarnation {self.incarnation} -> "
                 f"{info.incarnation}); resync it, then call wait_alive()")
 
-    async def _resolve(self) -> None:
+    async def _resolve(self, timeout: float | None = None, adopt_any: bool = False) -> None:
         """Find the incarnation to call. After a failed call, the coordinator may not
         have heard of the death yet: while it still names the address that just
         failed, probe that address, and between probes wait (briefly) for a newer
         incarnation. A slow but live actor is found again by a later probe."""
-        deadline = time.monotonic() + self.resolve_timeout
+        timeout = self.resolve_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         failed = self._failed
         while True:
             remaining = max(0.0, deadline - time.monotonic())
@@ -352,11 +351,11 @@ class AsyncActorHandle:
             if time.monotonic() >= deadline:
                 raise FtrlTimeoutError(
                     f"actor {self.name} incarnation {info.incarnation} at {info.address} does not "
-                    f"answer and was not replaced within {self.resolve_timeout:g}s")
+                    f"answer and was not replaced within {timeout:g}s")
             with contextlib.suppress(FtrlTimeoutError):
                 await self.client.wait_actor(
                     self.name, min(2.0, max(0.0, deadline - time.monotonic())), info.incarnation + 1)
-        if self.strict and self.incarnation and info.incarnation != self.incarnation:
+        if not adopt_any and self.strict and self.incarnation and info.incarnation != self.incarnation:
             raise StaleIncarnationError(
                 f"actor {self.name} restarted (incarnation {self.incarnation} -> "
                 f"{info.incarnation}); resync it, then call wait_alive()"
