@@ -105,6 +105,18 @@ def test_crash_during_a_call(client, actors):
     assert h.call("incr") == 1
 
 
+def test_wait_alive_after_a_failed_call_adopts_the_replacement(client, actors):
+    """The coordinator may not have heard of the death when the caller asks: the handle
+    must not adopt the incarnation it just saw fail."""
+    h = actors("phoenix", max_restarts=-1)
+    first = client.actor("phoenix")
+    os.kill(first["pid"], signal.SIGKILL)
+    with pytest.raises(ftrl.ActorUnavailableError):
+        h.call("incr")
+    assert h.wait_alive(30) == first["incarnation"] + 1
+    assert h.call("pid") != first["pid"]
+
+
 def test_sigstop_is_a_hang_and_is_restarted(client, actors):
     h = actors("frozen", max_restarts=-1)
     before = client.actor("frozen")
