@@ -108,7 +108,8 @@ def test_crash_during_a_call(client, actors):
 def test_wait_alive_after_a_failed_call_adopts_the_replacement(client, actors):
     """The coordinator may not have heard of the death when the caller asks: the handle
     must not adopt the incarnation it just saw fail."""
-    h = actors("phoenix", max_restarts=-1)
+    actors("phoenix", max_restarts=-1)
+    h = client.get_actor("phoenix", strict=True)  # strict: no transparent retry
     first = client.actor("phoenix")
     os.kill(first["pid"], signal.SIGKILL)
     with pytest.raises(ftrl.ActorUnavailableError):
