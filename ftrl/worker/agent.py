@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +38,14 @@ from ftrl import __version__
 from ftrl.util.backoff import Backoff, restart_delay
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
-from ftrl.wire.errors import AlreadyExistsError, ConfigError, FtrlError, error_from_rpc
+from ftrl.wire.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    error_from_rpc,
+)
 from ftrl.wire.grpcopts import channel_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, check_name
 from ftrl.wire.security import Security, is_loopback, secure_channel
@@ -45,6 +54,8 @@ from ftrl.worker.processes import ActorProcess, SparePool
 log = logging.getLogger(__name__)
 
 LEASE_FRACTION = 0.8
+MAX_PENDING_REPORTS = 10_000
+GPU_WAIT_S = 5.0
 REGISTER_TIMEOUT_S = 5.0
 QUICK_CRASH_S = 1.0
 
@@ -85,6 +96,7 @@ class LocalActor:
     stop_reason: str = ""
     task: asyncio.Task | None = None
     gpu_ids: list[int] = field(default_factory=list)
+    gpu_shared: bool = False  # a fraction of gpu_ids[0], not exclusively ours
 
     @property
     def name(self) -> str:
@@ -148,7 +160,8 @@ class NodeAgent:
         self.hb_interval = 1.0
         self.hb_timeout = 5.0
         self.connected = asyncio.Event()
-        self._outbox: asyncio.Queue | None = None
+        self._reports: deque[pb.ActorReport] = deque(maxlen=MAX_PENDING_REPORTS)
+        self._report_ready = asyncio.Event()
         self._free_gpus = list(range(opts.gpus))
         self._tasks: set[asyncio.Task] = set()
         self._stop = asyncio.Event()
@@ -156,7 +169,7 @@ class NodeAgent:
         self._channel = secure_channel(opts.coordinator, security, channel_options(MAX_CONTROL_MESSAGE))
         self._stub = pb_grpc.CoordinatorStub(self._channel)
         self._md = security.metadata()
-        self._ping_channels: dict[str, tuple[str, grpc.aio.Channel, pb_grpc.ActorStub]] = {}
+        self._ping_channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.ActorStub]] = {}
         child_env = {**security.to_env(), "FTRL_COORDINATOR": opts.coordinator}
         self.pool = SparePool(opts.spares, opts.preload, self.log_dir, child_env)
 
@@ -206,7 +219,7 @@ class NodeAgent:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for _, channel, _ in self._ping_channels.values():
+        for channel, _ in self._ping_channels.values():
             await channel.close()
         self._ping_channels.clear()
 
@@ -217,27 +230,34 @@ class NodeAgent:
 
     async def _connection_loop(self) -> None:
         backoff = Backoff(base=0.2, cap=2.0, jitter=0.2)
-        failures = 0
+        failures, last_error = 0, ""
         while True:
             try:
                 reply = await self._register()
                 backoff.reset()
-                failures = 0
+                failures, last_error = 0, ""
                 await self._session(reply)
-            except AlreadyExistsError as e:
+            except (AlreadyExistsError, UnauthenticatedError, PermissionDeniedError,
+                    InvalidArgumentError) as e:
+                # Retrying cannot help: a duplicate node id, a wrong token, a bad option.
                 log.error("cannot join the cluster: %s", e)
                 self._fatal = e
                 self._stop.set()
                 return
-            except (grpc.RpcError, FtrlError, ConnectionError, OSError) as e:
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:  # any other failure of the link: reconnect
+                if not isinstance(e, Exception | BaseExceptionGroup):
+                    raise
                 failures += 1
                 err = error_from_rpc(e, "coordinator") if isinstance(e, grpc.RpcError) else e
-                if failures == 1 or failures % 20 == 0:
+                text = f"{type(err).__name__}: {err}"
+                if failures == 1 or failures % 20 == 0 or text != last_error:
                     log.warning("coordinator link down (%s); keeping %d actors running, retrying",
-                                err, len(self.actors))
+                                text, len(self.actors))
+                last_error = text
             finally:
                 self.connected.clear()
-                self._outbox = None
             await asyncio.sleep(backoff.next_delay())
 
     def _running(self) -> list[pb.RunningActor]:
@@ -275,7 +295,6 @@ class NodeAgent:
 
     async def _session(self, reply: pb.RegisterNodeReply) -> None:
         call = self._stub.Connect(metadata=self._md)
-        outbox: asyncio.Queue = asyncio.Queue(10_000)
         sent: dict[int, float] = {}
         self.last_ack = time.monotonic()
 
@@ -289,11 +308,18 @@ class NodeAgent:
                     heartbeat=pb.Heartbeat(seq=seq, num_actors=len(self.actors))))
                 deadline = time.monotonic() + self.hb_interval
                 while (remaining := deadline - time.monotonic()) > 0:
-                    try:
-                        msg = await asyncio.wait_for(outbox.get(), remaining)
-                    except TimeoutError:
-                        break
-                    await call.write(msg)
+                    if not self._reports:
+                        self._report_ready.clear()
+                        try:
+                            async with asyncio.timeout(remaining):
+                                await self._report_ready.wait()
+                        except TimeoutError:
+                            break
+                        continue
+                    report = self._reports[0]
+                    await call.write(pb.NodeMessage(node_id=self.node_id, epoch=self.epoch,
+                                                    report=report))
+                    self._reports.popleft()  # only once written: a broken stream keeps it
 
         async def reader() -> None:
             async for msg in call:
@@ -305,9 +331,7 @@ class NodeAgent:
                     if t is not None:
                         self.lease_until = t + LEASE_FRACTION * self.hb_timeout
                         self.last_ack = time.monotonic()
-                        if not self.connected.is_set():
-                            self._outbox = outbox
-                            self.connected.set()
+                        self.connected.set()
                 elif kind == "start":
                     self._on_start(msg.start)
                 elif kind == "stop":
@@ -329,21 +353,22 @@ class NodeAgent:
                 tg.create_task(writer())
                 tg.create_task(reader())
                 tg.create_task(watchdog())
-        except* grpc.RpcError as eg:
-            raise eg.exceptions[0] from None
-        except* ConnectionError as eg:
-            raise eg.exceptions[0] from None
+        except BaseExceptionGroup as eg:
+            # One or more of the three ended the session (the stream broke, the
+            # coordinator closed it, acks stopped): the caller reconnects.
+            first = eg.exceptions[0]
+            if isinstance(first, grpc.RpcError):
+                raise ConnectionError(str(error_from_rpc(first, "coordinator"))) from None
+            raise ConnectionError(f"{type(first).__name__}: {first}") from None
         finally:
             call.cancel()
 
     def _report(self, **fields) -> None:
-        outbox = self._outbox
-        if outbox is None:
-            return  # not connected: the next registration reports the truth
-        msg = pb.NodeMessage(node_id=self.node_id, epoch=self.epoch,
-                             report=pb.ActorReport(at=time.time(), **fields))
-        with contextlib.suppress(asyncio.QueueFull):
-            outbox.put_nowait(msg)
+        """Queue a report for the coordinator. Reports wait across reconnects (the
+        coordinator drops duplicates and news about replaced incarnations), so none
+        made between a registration and its stream is lost. Bounded: the oldest go."""
+        self._reports.append(pb.ActorReport(at=time.time(), **fields))
+        self._report_ready.set()
 
     # ---------------------------------------------------------------- commands
 
@@ -378,14 +403,15 @@ class NodeAgent:
             self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
                          reason=la.stop_reason)
 
+    def _release_gpus(self, la: LocalActor) -> None:
+        if not la.gpu_shared:
+            self._free_gpus.extend(la.gpu_ids)
+        la.gpu_ids, la.gpu_shared = [], False
+
     def _forget(self, la: LocalActor) -> None:
         if self.actors.get(la.name) is la:
             del self.actors[la.name]
-        self._free_gpus.extend(la.gpu_ids)
-        la.gpu_ids = []
-        entry = self._ping_channels.pop(la.name, None)
-        if entry is not None:
-            self._spawn(entry[1].close())
+        self._release_gpus(la)
 
     # ---------------------------------------------------------------- actor processes
 
@@ -394,29 +420,32 @@ class NodeAgent:
 
     async def _run_actor(self, la: LocalActor, delay_s: float = 0.0) -> None:
         """Start one incarnation, report it, and handle its exit."""
-        if delay_s > 0:
-            la.state = "waiting"
-            await asyncio.sleep(delay_s)
-        la.state, la.hung, la.port, la.pid = "starting", False, 0, 0
-        host = await self.pool.acquire()
-        la.host = host
-        la.pid = host.pid
-        outcome = await self._start_on(la, host)
-        if outcome is None:  # started: now wait for the process to end
-            code = await host.wait()
-            host.close()
-            self._on_exit(la, code)
+        try:
+            if delay_s > 0:
+                la.state = "waiting"
+                await asyncio.sleep(delay_s)
+            la.state, la.hung, la.port, la.pid = "starting", False, 0, 0
+            host = await self.pool.acquire()
+            la.host = host
+            la.pid = host.pid
+            outcome = await self._start_on(la, host)
+            if outcome is None:  # started: now wait for the process to end
+                code = await host.wait()
+                host.close()
+                self._on_exit(la, code)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # e.g. no process could be spawned (EAGAIN, EMFILE)
+            log.exception("actor %s incarnation %d could not be run", la.name, la.incarnation)
+            if la.host is not None:
+                la.host.signal(signal.SIGKILL)
+            if self.actors.get(la.name) is la and not la.stop_requested:
+                self._start_failed(la, type(e).__name__, f"the worker could not run it: {e}")
 
     async def _start_on(self, la: LocalActor, host: ActorProcess) -> str | None:
         """Assign the actor to `host`; None once it serves, else why it failed."""
         spec = la.spec
-        gpus = int(spec.resources.get("gpu", 0))
-        env = {}
-        if gpus and len(self._free_gpus) >= gpus:
-            la.gpu_ids, self._free_gpus = self._free_gpus[:gpus], self._free_gpus[gpus:]
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, la.gpu_ids))
-        elif "gpu" in self.resources and not gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ""
+        env = {"CUDA_VISIBLE_DEVICES": await self._assign_gpus(la)}
         if spec.env:
             from ftrl.wire import codec
 
@@ -432,7 +461,8 @@ class NodeAgent:
         try:
             async with asyncio.timeout(self.opts.actor_start_timeout_s):
                 await asyncio.shield(host.ready)
-                host.send(assign)
+                # kwargs can exceed a pipe's buffer: write off the event loop
+                await asyncio.to_thread(host.send, assign)
                 msg = await host.read()
         except (EOFError, OSError, ValueError) as e:
             code = await host.wait()
@@ -460,6 +490,30 @@ class NodeAgent:
                      pid=host.pid, address=f"{self.address}:{la.port}")
         return None
 
+    async def _assign_gpus(self, la: LocalActor) -> str:
+        """CUDA_VISIBLE_DEVICES for the actor: whole GPUs of its own, a shared one for a
+        fraction, none for gpu=0. GPUs of a stopping actor are waited for (bounded)."""
+        want = float(la.spec.resources.get("gpu", 0.0))
+        if want <= 0:
+            return ""
+        if want < 1:
+            load = {i: 0.0 for i in range(self.opts.gpus)}
+            for other in self.actors.values():
+                for i in other.gpu_ids:
+                    load[i] = load.get(i, 0.0) + min(1.0, float(other.spec.resources.get("gpu", 1)))
+            if not load:
+                raise RuntimeError("this node has no GPU")
+            la.gpu_ids, la.gpu_shared = [min(load, key=load.get)], True
+            return str(la.gpu_ids[0])
+        need = math.ceil(want)
+        deadline = time.monotonic() + GPU_WAIT_S
+        while len(self._free_gpus) < need:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"needs {need} GPUs, {len(self._free_gpus)} free on this node")
+            await asyncio.sleep(0.05)
+        la.gpu_ids, self._free_gpus = self._free_gpus[:need], self._free_gpus[need:]
+        return ",".join(map(str, la.gpu_ids))
+
     def _start_failed(self, la: LocalActor, error_type: str, message: str, tb: str = "") -> None:
         log.warning("actor %s incarnation %d failed to start: %s: %s", la.name, la.incarnation,
                     error_type, message)
@@ -485,8 +539,7 @@ class NodeAgent:
                          reason=details[:4000], restarting_locally=True, next_incarnation=old + 1)
             la.incarnation, la.restarts = old + 1, la.restarts + 1
             la.host = None
-            self._free_gpus.extend(la.gpu_ids)
-            la.gpu_ids = []
+            self._release_gpus(la)
             delay = restart_delay(la.crash_streak - 1)
             log.warning("actor %s incarnation %d %s; restarting in place as incarnation %d%s",
                         la.name, old, reason, la.incarnation, f" in {delay:.2f}s" if delay else "")
@@ -502,25 +555,26 @@ class NodeAgent:
 
     # ---------------------------------------------------------------- hang detection
 
-    def _ping_stub(self, la: LocalActor) -> pb_grpc.ActorStub:
-        target = f"{self.address}:{la.port}"
-        entry = self._ping_channels.get(la.name)
-        if entry is None or entry[0] != target:
-            if entry is not None:
-                self._spawn(entry[1].close())
+    def _ping_stub(self, target: str) -> pb_grpc.ActorStub:
+        entry = self._ping_channels.get(target)
+        if entry is None:
             channel = secure_channel(target, self.security, channel_options(1 << 20))
-            entry = (target, channel, pb_grpc.ActorStub(channel))
-            self._ping_channels[la.name] = entry
-        return entry[2]
+            entry = (channel, pb_grpc.ActorStub(channel))
+            self._ping_channels[target] = entry
+        return entry[1]
 
-    async def _ping_one(self, la: LocalActor, timeout: float) -> None:
+    async def _ping_one(self, la: LocalActor, target: str, timeout: float) -> None:
         try:
-            reply = await self._ping_stub(la).Ping(
+            reply = await self._ping_stub(target).Ping(
                 pb.PingRequest(incarnation=la.incarnation), timeout=timeout, metadata=self._md)
             if reply.incarnation == la.incarnation:
                 la.last_pong = time.monotonic()
         except grpc.RpcError:
             pass
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the loop itself is being stopped
         if la.state == "alive" and time.monotonic() - la.last_pong > self.opts.actor_hang_timeout_s:
             la.hung = True
             log.warning("actor %s incarnation %d did not answer pings for %.1fs: killing it",
@@ -531,9 +585,21 @@ class NodeAgent:
                 la.host.signal(signal.SIGKILL)
 
     async def _ping_loop(self) -> None:
+        """Ping every alive actor each round. The channels belong to this loop alone
+        (one per actor address); channels of actors gone are closed between rounds."""
         interval = max(0.05, min(1.0, self.opts.actor_hang_timeout_s / 4))
         while True:
             await asyncio.sleep(interval)
-            alive = [la for la in self.actors.values() if la.state == "alive" and not la.hung]
-            if alive:
-                await asyncio.gather(*(self._ping_one(la, interval) for la in alive))
+            try:
+                alive = {f"{self.address}:{la.port}": la for la in self.actors.values()
+                         if la.state == "alive" and not la.hung}
+                if alive:
+                    await asyncio.gather(*(self._ping_one(la, target, interval)
+                                           for target, la in alive.items()))
+                for target in [t for t in self._ping_channels if t not in alive]:
+                    channel, _ = self._ping_channels.pop(target)
+                    await channel.close()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let hang detection stop for good
+                log.exception("ping round failed")

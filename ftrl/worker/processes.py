@@ -45,7 +45,7 @@ class ActorProcess:
         return await read_frame_async(self._reader)
 
     def send(self, msg: dict[str, Any]) -> None:
-        """Write one control message (small; the pipe buffer holds it)."""
+        """Write one control message (blocking: call it off the event loop when large)."""
         data = memoryview(encode_frame(msg))
         os.set_blocking(self._ctl_w, True)
         while data:
@@ -85,7 +85,12 @@ async def spawn_host(preload: str, log_path: Path, env: dict[str, str]) -> Actor
     """Start a spare host process with two control pipes."""
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
-    out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
+            os.close(fd)
+        raise
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ftrl.worker.host",
@@ -95,6 +100,10 @@ async def spawn_host(preload: str, log_path: Path, env: dict[str, str]) -> Actor
             env={**os.environ, **env},
             start_new_session=False,
         )
+    except BaseException:
+        os.close(to_child_w)
+        os.close(from_child_r)
+        raise
     finally:
         os.close(out)
         os.close(to_child_r)
@@ -156,7 +165,12 @@ class SparePool:
             while True:
                 self._spares = deque(h for h in self._spares if h.returncode is None)
                 while len(self._spares) < self.size:
-                    host = await self._spawn()
+                    try:
+                        host = await self._spawn()
+                    except OSError as e:  # out of processes or fds: try again later
+                        log.warning("cannot start a spare process: %s", e)
+                        await asyncio.sleep(self._backoff.next_delay())
+                        continue
                     self._spares.append(host)
                     try:
                         await asyncio.wait_for(asyncio.shield(host.ready), 120)
