@@ -90,6 +90,7 @@ class ControllerConfig:
     restart_backoff_cap_s: float = 2.0
     quick_crash_s: float = 1.0  # a death sooner than this after start counts as a crash loop
     adopt_unknown_actors: bool = True  # no durable state: trust what workers report
+    lost_node_retention_s: float = 3600.0  # forget an empty LOST node after this long
     max_actors: int = MAX_ACTORS
 
     def validate(self) -> None:
@@ -126,6 +127,8 @@ class Controller:
         self._by_heartbeat: OrderedDict[str, None] = OrderedDict()  # oldest first
         self._seen: OrderedDict[tuple[str, int, int], None] = OrderedDict()
         self._waiting: set[str] = set()  # actors to start or place
+        self._dirty = False  # capacity changed since the last pump
+        self._wake_at = float("inf")  # when the next backoff of a waiting actor ends
         self._last_epoch = 0
         self.on_actor_change: Callable[[str], None] = lambda name: None
         self.on_node_fenced: Callable[[str], None] = lambda node_id: None
@@ -146,6 +149,16 @@ class Controller:
             self._changed(rec)
         else:
             self.events.emit(type_, node_id=node_id, message=message)
+
+    def _stop(self, node_id: str, name: str, incarnation: int, reason: str, fenced: bool = False) -> None:
+        """Tell a node to stop an actor; if it cannot be told now (its stream is not
+        open), the stop waits on the node record and goes out when it connects."""
+        stop = pb.StopActor(name=name, incarnation=incarnation, reason=reason, fenced=fenced)
+        if self.send(node_id, pb.CoordinatorMessage(stop=stop)):
+            return
+        node = self.nodes.get(node_id)
+        if node is not None:
+            node.pending_stops[name] = stop
 
     def _dedup(self, name: str, incarnation: int, kind: int) -> bool:
         """True if this report was seen before (and so must be ignored)."""
@@ -223,6 +236,7 @@ class Controller:
             # Actors placed there stay assigned; reconciliation below decides.
             node.actors = set(old.actors)
             node.used = dict(old.used)
+            node.pending_stops = dict(old.pending_stops)
         self.nodes[req.node_id] = node
         self._by_heartbeat[req.node_id] = None
         self._by_heartbeat.move_to_end(req.node_id)
@@ -276,6 +290,11 @@ class Controller:
                 rec.address, rec.pid, rec.node_epoch = ra.address, ra.pid, node.epoch
                 if ra.address:
                     self._set_alive(rec)
+            elif (rec.adopted and rec.state != ActorState.DEAD and ra.incarnation > rec.incarnation
+                  and self.config.adopt_unknown_actors and not was_lost):
+                # Without durable state the first report won; this one is newer (the
+                # older copy is a leftover of a partition): keep this one, fence that.
+                self._readopt(rec, node, ra)
             else:
                 why = (
                     f"fenced: {name} incarnation {ra.incarnation} was replaced by incarnation "
@@ -302,17 +321,38 @@ class Controller:
         rec.local_until = ra.local_until or ra.incarnation + LOCAL_RESTART_RANGE
         rec.started_at = self.clock()
         rec.ever_alive = True
+        rec.adopted = True
         node.reserve(rec.name, rec.resources)
         self.actors[rec.name] = rec
         rec.set_state(ActorState.ALIVE if ra.address else ActorState.STARTING)
         log.info("adopted actor %s (incarnation %d) reported by node %s", rec.name, rec.incarnation, node.node_id)
         self._emit(E.EVENT_ALIVE, rec, message="adopted from a worker report")
 
+    def _readopt(self, rec: ActorRecord, node: NodeRecord, ra: pb.RunningActor) -> None:
+        old = self.nodes.get(rec.node_id)
+        if old is not None:
+            old.release(rec.name, rec.resources)
+            self._stop(old.node_id, rec.name, rec.incarnation,
+                       f"fenced: incarnation {ra.incarnation} of {rec.name} runs on {node.node_id}",
+                       fenced=True)
+        log.warning("actor %s: node %s reports incarnation %d, newer than the adopted %d on %s",
+                    rec.name, node.node_id, ra.incarnation, rec.incarnation, rec.node_id)
+        rec.incarnation, rec.restarts = ra.incarnation, max(rec.restarts, ra.restarts)
+        rec.node_id, rec.address, rec.pid, rec.node_epoch = node.node_id, ra.address, ra.pid, node.epoch
+        rec.local_until = ra.local_until or ra.incarnation + LOCAL_RESTART_RANGE
+        node.reserve(rec.name, rec.resources)
+        rec.set_state(ActorState.ALIVE if ra.address else ActorState.STARTING)
+        self._emit(E.EVENT_ALIVE, rec, message=f"adopted the newer incarnation from {node.node_id}")
+
     def connect_node(self, node_id: str, epoch: int) -> NodeRecord:
         """The node's stream is open: it can receive commands now."""
         node = self.node(node_id, epoch)
         node.connected = True
         self.heartbeat(node_id, epoch)
+        pending, node.pending_stops = node.pending_stops, {}
+        for stop in pending.values():
+            self._stop(node_id, stop.name, stop.incarnation, stop.reason, stop.fenced)
+        self._capacity_changed()
         self._pump()
         return node
 
@@ -328,6 +368,7 @@ class Controller:
 
     def _lose_node(self, node: NodeRecord, reason: str) -> None:
         node.state = NodeState.LOST
+        node.lost_at = self.clock()
         was_connected, node.connected = node.connected, False
         self._by_heartbeat.pop(node.node_id, None)
         log.warning("node %s LOST: %s", node.node_id, reason)
@@ -345,6 +386,7 @@ class Controller:
     def _exclude_node(self, node: NodeRecord) -> None:
         reason = f"{node.failures} actor failures > max_node_failures={self.config.max_node_failures}"
         node.state = NodeState.EXCLUDED
+        self._capacity_changed()
         log.warning("node %s EXCLUDED: %s", node.node_id, reason)
         self._emit(E.EVENT_NODE_EXCLUDED, node_id=node.node_id, message=reason)
         for name in sorted(node.actors):
@@ -352,8 +394,7 @@ class Controller:
             if rec is None or rec.node_id != node.node_id or rec.state == ActorState.DEAD:
                 node.release(name, rec.resources if rec else {})
                 continue
-            self.send(node.node_id, pb.CoordinatorMessage(stop=pb.StopActor(
-                name=name, incarnation=rec.incarnation, reason=f"node excluded: {reason}", fenced=True)))
+            self._stop(node.node_id, name, rec.incarnation, f"node excluded: {reason}", fenced=True)
             node.release(name, rec.resources)
             self._move(rec, f"node {node.node_id} excluded")
         self.launcher.relaunch(node, reason)
@@ -371,7 +412,19 @@ class Controller:
             if node.last_heartbeat > deadline:
                 break
             self._lose_node(node, f"no heartbeat for {now - node.last_heartbeat:.1f}s")
-        self._pump()
+        if self._dirty or now >= self._wake_at:
+            self._pump()
+        self._forget_lost_nodes(now)
+
+    def _forget_lost_nodes(self, now: float) -> None:
+        """Drop records of nodes lost for longer than `lost_node_retention_s` that hold
+        nothing (a restarted worker with a new default id would otherwise add one
+        record per restart, forever)."""
+        retention = self.config.lost_node_retention_s
+        for node_id in [n.node_id for n in self.nodes.values()
+                        if n.state == NodeState.LOST and now - n.lost_at > retention
+                        and not n.actors and not n.pending_stops]:
+            del self.nodes[node_id]
 
     # ------------------------------------------------------------------ placement
 
@@ -387,39 +440,71 @@ class Controller:
                 best, best_key = node, key
         return best
 
+    def _capacity_changed(self) -> None:
+        """Resources were freed or nodes came or went: waiting actors may fit now."""
+        self._dirty = True
+
     def _pump(self) -> None:
-        """Start every waiting actor whose backoff has passed and that has a node."""
+        """Start every waiting actor whose backoff has passed and that has a node.
+
+        Cheap when nothing can change: tick() runs it only after capacity changed or
+        when a backoff ends, and one pump tries each resource shape that found no
+        node only once (thousands of unplaceable actors cost one scan, not one each).
+        """
+        self._dirty = False
+        self._wake_at = float("inf")
         if not self._waiting:
             return
         now = self.clock()
+        no_room: set[tuple] = set()
         for name in sorted(self._waiting):
             rec = self.actors.get(name)
             if rec is None or rec.state not in (ActorState.PENDING, ActorState.RESTARTING):
                 self._waiting.discard(name)
                 continue
             if rec.start_at > now:
+                self._wake_at = min(self._wake_at, rec.start_at)
                 continue
-            node = self.nodes.get(rec.node_id) if rec.node_id else None
-            if node is None or not node.schedulable() or rec.name not in node.actors:
-                if node is not None:
-                    node.release(rec.name, rec.resources)
-                node = self._choose_node(rec)
-                if node is None:
-                    continue
-                node.reserve(rec.name, rec.resources)
-                rec.node_id = node.node_id
-            local_until = rec.incarnation + LOCAL_RESTART_RANGE
-            msg = pb.CoordinatorMessage(start=pb.StartActor(
-                spec=rec.spec, incarnation=rec.incarnation, restarts=rec.restarts,
-                local_until=local_until))
-            if not self.send(node.node_id, msg):
-                continue
-            rec.node_epoch = node.epoch
-            rec.local_until = local_until
-            self._waiting.discard(name)
-            if rec.state == ActorState.PENDING:
-                rec.set_state(ActorState.STARTING)
-            self._changed(rec)
+            self._try_start(rec, no_room)
+
+    def _try_start(self, rec: ActorRecord, no_room: set[tuple] | None = None) -> bool:
+        """Send StartActor for a waiting actor if a node has room; True if sent."""
+        if rec.start_at > self.clock():
+            self._wake_at = min(self._wake_at, rec.start_at)
+            return False
+        node = self.nodes.get(rec.node_id) if rec.node_id else None
+        if node is None or not node.schedulable() or rec.name not in node.actors:
+            if node is not None:
+                node.release(rec.name, rec.resources)
+            shape = tuple(sorted(rec.spec.resources.items()))
+            if no_room is not None and shape in no_room:
+                return False
+            node = self._choose_node(rec)
+            if node is None:
+                if no_room is not None:
+                    no_room.add(shape)
+                return False
+            node.reserve(rec.name, rec.resources)
+            rec.node_id = node.node_id
+        local_until = rec.incarnation + LOCAL_RESTART_RANGE
+        msg = pb.CoordinatorMessage(start=pb.StartActor(
+            spec=rec.spec, incarnation=rec.incarnation, restarts=rec.restarts,
+            local_until=local_until))
+        if not self.send(node.node_id, msg):
+            self._dirty = True  # retry on the next tick
+            return False
+        rec.node_epoch = node.epoch
+        rec.local_until = local_until
+        self._waiting.discard(rec.name)
+        if rec.state == ActorState.PENDING:
+            rec.set_state(ActorState.STARTING)
+        self._changed(rec)
+        return True
+
+    def _wait_for_start(self, rec: ActorRecord) -> None:
+        """Queue `rec` to be started (now, or after its backoff)."""
+        self._waiting.add(rec.name)
+        self._try_start(rec)
 
     def _move(self, rec: ActorRecord, why: str) -> None:
         """Give `rec` a new incarnation on another node (not counted as a restart)."""
@@ -428,8 +513,7 @@ class Controller:
         rec.node_id, rec.address, rec.pid = "", "", 0
         rec.start_at = 0.0
         rec.set_state(ActorState.RESTARTING)
-        self._waiting.add(rec.name)
-        self._pump()
+        self._wait_for_start(rec)
 
     # ------------------------------------------------------------------ actor lifecycle
 
@@ -464,6 +548,7 @@ class Controller:
         node = self.nodes.get(rec.node_id)
         if node is not None:
             node.release(rec.name, rec.resources)
+            self._capacity_changed()
         self._waiting.discard(rec.name)
         rec.death_reason = reason
         rec.error_type = error_type
@@ -499,8 +584,8 @@ class Controller:
             if not same_node and node is not None:
                 node.release(rec.name, rec.resources)
                 rec.node_id = ""
-            self._waiting.add(rec.name)
-            self._pump()
+                self._capacity_changed()
+            self._wait_for_start(rec)
         if count_node_failure and node is not None and self._over_node_limit(node):
             self._exclude_node(node)
 
@@ -519,8 +604,7 @@ class Controller:
         rec = self.actors.get(r.name)
         if rec is None:
             if r.kind in (pb.REPORT_STARTED,):
-                self.send(node_id, pb.CoordinatorMessage(stop=pb.StopActor(
-                    name=r.name, incarnation=r.incarnation, reason="unknown actor", fenced=True)))
+                self._stop(node_id, r.name, r.incarnation, "unknown actor", fenced=True)
             return
         current = rec.node_id == node_id and rec.state != ActorState.DEAD
         if r.kind == pb.REPORT_STARTED:
@@ -536,8 +620,7 @@ class Controller:
                 why = (f"{rec.name} is DEAD" if rec.state == ActorState.DEAD else
                        f"incarnation {r.incarnation} is stale (current {rec.incarnation} on "
                        f"{rec.node_id or 'no node'})")
-                self.send(node_id, pb.CoordinatorMessage(stop=pb.StopActor(
-                    name=r.name, incarnation=r.incarnation, reason=f"fenced: {why}", fenced=True)))
+                self._stop(node_id, r.name, r.incarnation, f"fenced: {why}", fenced=True)
             return
         if not current or r.incarnation != rec.incarnation:
             return  # news about an incarnation we already replaced
@@ -557,8 +640,7 @@ class Controller:
             self._note_crash(rec)
             node.failures += 1
             if not self._has_restarts_left(rec) or r.next_incarnation >= rec.local_until:
-                self.send(node_id, pb.CoordinatorMessage(stop=pb.StopActor(
-                    name=rec.name, incarnation=r.next_incarnation, reason="no restarts left")))
+                self._stop(node_id, rec.name, r.next_incarnation, "no restarts left")
                 self._mark_dead(rec, self._out_of_restarts(rec, reason))
             else:
                 rec.restarts += 1
@@ -623,8 +705,7 @@ class Controller:
         rec = ActorRecord(spec=stored, incarnation=(existing.incarnation + 1) if existing else 1)
         self.actors[rec.name] = rec
         self._emit(E.EVENT_CREATED, rec)
-        self._waiting.add(rec.name)
-        self._pump()
+        self._wait_for_start(rec)
         return rec
 
     @staticmethod
@@ -643,8 +724,7 @@ class Controller:
         if rec.state == ActorState.DEAD:
             return rec
         if rec.node_id:
-            self.send(rec.node_id, pb.CoordinatorMessage(stop=pb.StopActor(
-                name=name, incarnation=rec.incarnation, reason=reason or "killed")))
+            self._stop(rec.node_id, name, rec.incarnation, reason or "killed")
         self._mark_dead(rec, f"killed: {reason}" if reason else "killed")
         return rec
 

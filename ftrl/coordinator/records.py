@@ -49,6 +49,8 @@ class NodeRecord:
     failures: int = 0
     actors: set[str] = field(default_factory=set)
     used: dict[str, float] = field(default_factory=dict)
+    pending_stops: dict[str, pb.StopActor] = field(default_factory=dict)  # until it connects
+    lost_at: float = 0.0  # monotonic time it was declared lost
 
     def available(self) -> dict[str, float]:
         return {k: v - self.used.get(k, 0.0) for k, v in self.resources.items()}
@@ -111,6 +113,7 @@ class ActorRecord:
     start_at: float = 0.0  # monotonic time a delayed (backoff) restart may begin
     ever_alive: bool = False  # some incarnation got as far as serving calls
     local_until: int = 0  # incarnations below this may be used by its node's local restarts
+    adopted: bool = False  # learned from a worker's report (no durable record of it)
 
     @property
     def name(self) -> str:

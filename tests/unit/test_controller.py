@@ -801,3 +801,74 @@ def test_cluster_info():
     assert info.uptime_s == pytest.approx(12)
     assert info.max_node_failures == 7 and info.heartbeat_timeout_s == 5.0
     assert info.event_seq == h.c.events.seq
+
+
+# ---------------------------------------------------------------- review fixes
+
+
+def test_new_coordinator_keeps_the_newer_of_two_reported_copies():
+    """Without durable state the first report wins, unless a later node reports a newer
+    incarnation (the first copy is a partition's leftover): then the older is fenced."""
+    old = Harness()
+    old.register("a")
+    alive(old, "x")
+    stale = old.running("x")
+    newer = pb.RunningActor()
+    newer.CopyFrom(stale)
+    newer.incarnation = stale.incarnation + LOCAL_RESTART_RANGE
+    newer.address, newer.pid = "127.0.0.1:20001", 777
+    new = Harness()
+    new.register("a", running=[stale])
+    assert new.c.actors["x"].incarnation == stale.incarnation
+    reply = new.register("b", running=[newer])
+    assert list(reply.stop) == []  # b's copy is kept
+    rec = new.c.actors["x"]
+    assert (rec.node_id, rec.incarnation, rec.pid) == ("b", newer.incarnation, 777)
+    assert [s.incarnation for _, s in new.stops("x", "a")] == [stale.incarnation]
+    assert new.stops("x", "a")[0][1].fenced
+    assert new.c.nodes["a"].actors == set() and new.c.nodes["b"].actors == {"x"}
+
+
+def test_a_stop_that_cannot_be_sent_waits_for_the_node_to_connect():
+    h = Harness()
+    h.register("a")
+    alive(h, "x")
+    h.disconnect("a")  # between a re-registration and its stream, say
+    h.c.kill_actor("x", "by test")
+    assert h.stops("x") == []
+    h.connect("a")
+    assert [(n, s.incarnation, s.reason) for n, s in h.stops("x")] == [("a", 1, "by test")]
+
+
+def test_unplaceable_actors_cost_one_scan_per_shape():
+    h = Harness()
+    h.register("a", cpu=1)
+    for i in range(300):
+        h.create(f"big-{i}", resources={"cpu": 8})
+    calls = 0
+    choose = h.c._choose_node
+
+    def counting(rec):
+        nonlocal calls
+        calls += 1
+        return choose(rec)
+
+    h.c._choose_node = counting
+    h.c._capacity_changed()
+    h.advance(0.1)  # one pump: 300 waiting actors of one shape
+    assert calls == 1
+    h.advance(0.1)  # nothing changed: no pump at all
+    assert calls == 1
+    h.register("b", cpu=8)  # room for one
+    assert calls >= 2 and sum(1 for _, s in h.starts() if s.spec.name.startswith("big-")) == 1
+
+
+def test_empty_lost_nodes_are_forgotten_after_the_retention():
+    h = Harness(lost_node_retention_s=60.0)
+    h.register("a")
+    h.advance(6.0)  # no heartbeat: lost
+    assert h.c.nodes["a"].state == NodeState.LOST
+    h.advance(30.0)
+    assert "a" in h.c.nodes
+    h.advance(31.0)
+    assert "a" not in h.c.nodes
