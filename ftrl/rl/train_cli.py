@@ -352,6 +352,7 @@ def _follow_driver(client: Any, args: argparse.Namespace, job: JobSpec, output: 
         ActorStartError,
         ActorUnavailableError,
         FtrlTimeoutError,
+        StaleIncarnationError,
     )
 
     job_name = _job_name(args, output)
@@ -378,7 +379,9 @@ def _follow_driver(client: Any, args: argparse.Namespace, job: JobSpec, output: 
                 print("\nftrl train: stopping after this iteration (Ctrl-C again aborts)", file=sys.stderr)
                 follow.call("stop")
                 continue
-            except (ActorUnavailableError, FtrlTimeoutError) as e:
+            except (ActorUnavailableError, FtrlTimeoutError, StaleIncarnationError) as e:
+                # died, unreachable, or replaced while we waited: the handle finds the
+                # current incarnation on the next call (wait_status and stop are idempotent)
                 print(f"\nftrl train: driver unreachable ({e}); waiting for it to restart", file=sys.stderr)
                 continue
             if iteration < 0 and status.get("restored_from") and follow.incarnation == incarnation:

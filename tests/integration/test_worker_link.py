@@ -15,7 +15,7 @@ from ftrl.worker.agent import NodeAgent, WorkerOptions
 
 async def _until(predicate, timeout: float, what: str) -> None:
     async with asyncio.timeout(timeout):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 (polls another component's state)
             await asyncio.sleep(0.005)
 
 
