@@ -220,9 +220,11 @@ class AsyncClient:
         return actor_dict(reply.actor)
 
     async def events(self, prefix: str = "", nodes: bool = False, after_seq: int = -1) -> AsyncIterator[dict]:
-        """Stream actor events (and node events if `nodes`) as dicts, as they happen."""
+        """Stream actor events (and node events if `nodes`) as dicts, as they happen;
+        with `after_seq` >= 0, first the retained ones with a larger seq."""
         call = self.stub.WatchEvents(
-            pb.WatchEventsRequest(prefix=prefix, nodes=nodes, after_seq=after_seq), metadata=self._md)
+            pb.WatchEventsRequest(prefix=prefix, nodes=nodes, after_seq=max(0, after_seq),
+                                  replay=after_seq >= 0), metadata=self._md)
         try:
             async for event in call:
                 yield event_dict(event)
@@ -316,7 +318,8 @@ class AsyncActorHandle:
             info = await self.client._rpc("GetActor", pb.GetActorRequest(name=self.name),
                                           timeout=REVALIDATE_TIMEOUT_S)
         except (ActorUnavailableError, FtrlTimeoutError):
-            self._trusted_until = asked + REVALIDATE_TIMEOUT_S  # coordinator away: go ahead
+            # the coordinator is away: go ahead, and do not ask again on every call
+            self._trusted_until = time.monotonic() + REVALIDATE_TIMEOUT_S
             return
         if info.state == pb.ACTOR_DEAD:
             self._usable = False
@@ -417,7 +420,9 @@ class AsyncActorHandle:
             info = await self.client._rpc("GetActor", pb.GetActorRequest(name=self.name),
                                           timeout=REVALIDATE_TIMEOUT_S)
         except (ActorUnavailableError, FtrlTimeoutError):
-            return result  # the coordinator is away: nothing can have been fenced
+            # the coordinator is away: nothing can have been fenced meanwhile
+            self._trusted_until = time.monotonic() + REVALIDATE_TIMEOUT_S
+            return result
         if info.incarnation == incarnation and info.state != pb.ACTOR_DEAD:
             if info.state == pb.ACTOR_ALIVE and info.address == self.address:
                 self._adopt(info, asked)

@@ -6,11 +6,15 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from ftrl.client.aio import AsyncActorHandle, AsyncClient
+from ftrl.wire.errors import ResourceExhaustedError
 from ftrl.wire.security import Security
+
+EVENTS_BUFFER = 10_000
 
 
 class _LoopThread:
@@ -115,30 +119,45 @@ class Client:
 
     def events(self, prefix: str = "", nodes: bool = False, after_seq: int = -1,
                timeout: float | None = None) -> Iterator[dict[str, Any]]:
-        """Iterate over events as they happen; stops after `timeout` s without one."""
-        q: queue.Queue = queue.Queue(10_000)
-        done = object()
+        """Iterate over events as they happen; stops after `timeout` s without one.
+
+        Events are buffered (EVENTS_BUFFER); a consumer that falls that far behind
+        gets ResourceExhaustedError (watch again with `after_seq`) instead of
+        stalling the client's event loop."""
+        q: queue.Queue = queue.Queue(EVENTS_BUFFER)
+        finished = threading.Event()
+        failure: list[BaseException] = []
 
         async def pump() -> None:
             try:
                 async for event in self._aio.events(prefix, nodes, after_seq):
-                    q.put(event)
+                    try:
+                        q.put_nowait(event)
+                    except queue.Full:
+                        failure.append(ResourceExhaustedError(
+                            f"event consumer fell {EVENTS_BUFFER} events behind; watch again "
+                            f"with after_seq={event['seq'] - 1}"))
+                        return
             except Exception as e:  # handed to the consumer
-                q.put(e)
+                failure.append(e)
             finally:
-                q.put(done)
+                finished.set()
 
         future = self._loop.submit(pump())
         try:
+            idle_since = time.monotonic()
             while True:
                 try:
-                    item = q.get(timeout=timeout)
+                    item = q.get(timeout=0.1)
                 except queue.Empty:
-                    return
-                if item is done:
-                    return
-                if isinstance(item, Exception):
-                    raise item
+                    if finished.is_set() and q.empty():
+                        if failure:
+                            raise failure[0] from None
+                        return
+                    if timeout is not None and time.monotonic() - idle_since > timeout:
+                        return
+                    continue
+                idle_since = time.monotonic()
                 yield item
         finally:
             future.cancel()

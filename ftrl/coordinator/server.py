@@ -234,7 +234,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return self.c.cluster_info()
 
     async def WatchEvents(self, request, context):
-        sub = self.c.events.subscribe(request.prefix, request.nodes, request.after_seq or -1)
+        after = request.after_seq if request.replay else -1
+        sub = self.c.events.subscribe(request.prefix, request.nodes, after)
         try:
             while True:
                 event = await sub.queue.get()

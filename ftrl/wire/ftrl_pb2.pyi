@@ -415,14 +415,16 @@ class ListNodesReply(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
-    __slots__ = ("prefix", "after_seq", "nodes")
+    __slots__ = ("prefix", "after_seq", "nodes", "replay")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
     prefix: str
     after_seq: int
     nodes: bool
-    def __init__(self, prefix: _Optional[str] = ..., after_seq: _Optional[int] = ..., nodes: _Optional[bool] = ...) -> None: ...
+    replay: bool
+    def __init__(self, prefix: _Optional[str] = ..., after_seq: _Optional[int] = ..., nodes: _Optional[bool] = ..., replay: _Optional[bool] = ...) -> None: ...
 
 class ClusterInfoRequest(_message.Message):
     __slots__ = ()

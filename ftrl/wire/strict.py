@@ -183,9 +183,9 @@ def add_servicer(
     auth = TokenCheck(token) if token else None
     capture = _Capture()
     add_fn(servicer, capture)
-    if not capture.services:  # generated code of an older grpcio: register it as it is
-        add_fn(servicer, server)
-        return
+    if not capture.services:  # never register a service without its guards
+        raise RuntimeError(f"{add_fn.__name__} registered no method handlers; "
+                           "regenerate ftrl/wire/ftrl_pb2_grpc.py with proto/generate.py")
     for service, handlers in capture.services:
         short = service.rpartition(".")[2]
         wrapped = {name: _wrap(h, f"{short}.{name}", name in self_checked, auth)

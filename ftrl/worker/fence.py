@@ -24,6 +24,7 @@ from ftrl.wire.errors import FtrlError, NotFoundError, PermissionDeniedError
 log = logging.getLogger(__name__)
 
 MAX_TRUST_S = 10.0
+UNREACHABLE_GRACE_S = 2.0
 MAX_CALLERS = 100_000
 
 Lookup = Callable[[str], Awaitable[pb.ActorInfo]]
@@ -44,7 +45,8 @@ class CallerFence:
         self._lookup = lookup
         self._clock = clock
         self._newest: OrderedDict[str, int] = OrderedDict()
-        self._trusted_until: dict[tuple[str, int], float] = {}
+        # name -> (incarnation, trusted until): one entry per caller name
+        self._trust: dict[str, tuple[int, float]] = {}
         self._pending: dict[tuple[str, int], asyncio.Future] = {}
         self._warned = False
 
@@ -59,8 +61,7 @@ class CallerFence:
         self._newest[name] = newest
         while len(self._newest) > MAX_CALLERS:
             old, _ = self._newest.popitem(last=False)
-            for key in [k for k in self._trusted_until if k[0] == old]:
-                del self._trusted_until[key]
+            self._trust.pop(old, None)
         return newest
 
     async def check(self, caller: str) -> None:
@@ -75,22 +76,25 @@ class CallerFence:
         if inc < newest:
             self._refuse(name, inc, newest)
         key = (name, inc)
-        if self._trusted_until.get(key, 0.0) > self._clock():
+        trusted = self._trust.get(name)
+        if trusted is not None and trusted[0] == inc and trusted[1] > self._clock():
             return
         pending = self._pending.get(key)
         if pending is None:
-            pending = asyncio.get_running_loop().create_future()
+            # One verification per caller incarnation at a time, as its own task: a
+            # waiter that gives up (its call was cancelled) does not cancel the others.
+            pending = asyncio.ensure_future(self._verify(name, inc))
             self._pending[key] = pending
-            try:
-                pending.set_result(await self._verify(name, inc))
-            except BaseException as e:
-                pending.set_exception(e)
-                raise
-            finally:
-                del self._pending[key]
+            pending.add_done_callback(lambda f, key=key: self._done(key, f))
         error = await asyncio.shield(pending)
         if error is not None:
             raise error
+
+    def _done(self, key: tuple[str, int], future: asyncio.Future) -> None:
+        if self._pending.get(key) is future:
+            del self._pending[key]
+        if not future.cancelled():
+            future.exception()  # retrieved: nobody may be waiting any more
 
     async def _verify(self, name: str, inc: int) -> PermissionDeniedError | None:
         asked = self._clock()
@@ -102,6 +106,8 @@ class CallerFence:
             if not self._warned:
                 log.warning("cannot verify callers with the coordinator (%s); letting calls in", e)
                 self._warned = True
+            # do not ask again on every call while it is away
+            self._trust[name] = (inc, self._clock() + UNREACHABLE_GRACE_S)
             return None
         self._warned = False
         if info.incarnation > inc:
@@ -112,5 +118,5 @@ class CallerFence:
             return PermissionDeniedError(f"caller {name}@{inc} is fenced: {name} is DEAD")
         if info.incarnation == inc and info.state == pb.ACTOR_ALIVE:
             self._note(name, inc)
-            self._trusted_until[(name, inc)] = asked + min(info.valid_for_s, MAX_TRUST_S)
+            self._trust[name] = (inc, asked + min(info.valid_for_s, MAX_TRUST_S))
         return None

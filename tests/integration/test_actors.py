@@ -210,3 +210,13 @@ def test_pending_until_resources_free_up(client, actors):
     assert rec["state"] == "ALIVE" and rec["node_id"] == freed
     assert waiter.call("incr") == 1
     assert client.actor("needs-gpu")["state"] == "PENDING"
+
+
+def test_events_replay_from_seq_zero(client, actors):
+    actors("replayed")
+    seen = []
+    for event in client.events(prefix="replayed", after_seq=0, timeout=1.0):
+        seen.append(event["type"])
+        if event["type"] == "ALIVE":
+            break
+    assert seen[:2] == ["CREATED", "ALIVE"]  # retained events, replayed from the start

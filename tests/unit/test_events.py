@@ -71,3 +71,4 @@ def test_replay_never_overfills_a_queue(monkeypatch):
         log.emit(pb.EVENT_CREATED, f"a{i}")
     sub = log.subscribe(after_seq=0)
     assert [e.actor for e in _drain(sub)] == [f"a{i}" for i in range(5)]
+
