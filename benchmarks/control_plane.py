@@ -30,7 +30,7 @@ from ftrl.client.aio import AsyncClient
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.grpcopts import channel_options
-from ftrl.wire.security import Security, secure_channel
+from ftrl.wire.security import Security, discover_token, secure_channel
 
 NODES_PER_CHANNEL = 200
 
@@ -61,6 +61,8 @@ async def run_count(n: int, seconds: float, port: int) -> dict:
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     address = f"127.0.0.1:{port}"
+    # the coordinator made a token (loopback, none given): call with it, like workers do
+    md = Security(token=discover_token(address)).metadata()
     channels = [secure_channel(address, Security(), channel_options(4 << 20))
                 for _ in range((n + NODES_PER_CHANNEL - 1) // NODES_PER_CHANNEL)]
     stubs = [pb_grpc.CoordinatorStub(c) for c in channels]
@@ -75,9 +77,9 @@ async def run_count(n: int, seconds: float, port: int) -> dict:
         node_id = f"sim-{i}"
         reply = await stub.RegisterNode(pb.RegisterNodeRequest(
             node_id=node_id, session_id=f"s{i}", address="127.0.0.1", resources={"cpu": 1},
-            slots=1), timeout=60)
+            slots=1), timeout=60, metadata=md)
         registered += 1
-        call = stub.Connect()
+        call = stub.Connect(metadata=md)
         sent: dict[int, float] = {}
 
         async def reader() -> None:

@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def env(**extra: str) -> dict[str, str]:
-    """This environment without FTRL_* settings, with the repo on PYTHONPATH."""
-    out = {k: v for k, v in os.environ.items() if not k.startswith("FTRL_")}
+    """This environment without FTRL_* settings (but FTRL_HOME), with the repo on PYTHONPATH."""
+    out = {k: v for k, v in os.environ.items() if not k.startswith("FTRL_") or k == "FTRL_HOME"}
     path = out.get("PYTHONPATH")
     out["PYTHONPATH"] = str(REPO) + (os.pathsep + path if path else "")
     out.update(extra)

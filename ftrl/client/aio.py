@@ -30,7 +30,7 @@ from ftrl.wire.errors import (
 )
 from ftrl.wire.grpcopts import channel_options
 from ftrl.wire.limits import CHUNK_BYTES, MAX_ACTOR_MESSAGE, MAX_CALL_BYTES, check_method
-from ftrl.wire.security import CALLER_HEADER, Security, secure_channel
+from ftrl.wire.security import CALLER_HEADER, Security, discover_token, secure_channel
 
 DEFAULT_ADDRESS = "127.0.0.1:6380"
 #: Longest a handle trusts a known incarnation without asking the coordinator.
@@ -65,6 +65,10 @@ class AsyncClient:
     ) -> None:
         self.address = address or default_address()
         self.security = _security(token, security)
+        if self.security.token is None and not self.security.insecure:
+            found = discover_token(self.address)  # a coordinator on loopback left one
+            if found:
+                self.security = self.security.with_token(found)
         self.caller = caller
         self.timeout = timeout
         self._md = self.security.metadata() + (((CALLER_HEADER, caller),) if caller else ())

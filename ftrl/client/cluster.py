@@ -94,6 +94,8 @@ class LocalCluster:
         base = [sys.executable, "-m", "ftrl", "--log-level", self.log_level, *args]
         if self.token:
             base += ["--token-file", str(self.token_file)]
+        else:
+            base += ["--insecure"]  # auth=False: no token at all (benchmarks of auth)
         return base
 
     def _log(self, name: str):

@@ -54,10 +54,17 @@ async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Even
     if stop is None:
         stop = asyncio.Event()
         stop_on_signals(stop)
+    if server.local_token_file is not None:
+        auth = f"token in {server.local_token_file} (this user's workers and clients find it)"
+    elif server.security.token:
+        auth = "token"
+    else:
+        auth = "none (--insecure)"
+        log.warning("INSECURE: the coordinator accepts calls without a token from anyone who "
+                    "can reach %s:%d", opts.host, port)
     log.info(
         "ftrl coordinator %s listening on %s:%d (auth: %s, tls: %s, heartbeat %.1fs/%.1fs)",
-        controller.coordinator_id, opts.host, port,
-        "token" if security.token else "none", "on" if security.tls else "off",
+        controller.coordinator_id, opts.host, port, auth, "on" if security.tls else "off",
         opts.heartbeat_interval_s, opts.heartbeat_timeout_s,
     )
     if opts.port_file:

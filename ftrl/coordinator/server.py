@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 from grpc import aio
@@ -25,7 +26,7 @@ from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.errors import FtrlError, InvalidArgumentError, status_of
 from ftrl.wire.grpcopts import server_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, RateLimiter, check_name, peer_host
-from ftrl.wire.security import CALLER_HEADER, Security, bind
+from ftrl.wire.security import CALLER_HEADER, Security, bind, ensure_local_token, is_loopback
 from ftrl.wire.strict import add_servicer, check
 
 log = logging.getLogger(__name__)
@@ -271,12 +272,21 @@ class CoordinatorServer:
         self.servicer = CoordinatorServicer(controller, create_rate, create_burst)
         self._server: aio.Server | None = None
         self._ticker: asyncio.Task | None = None
+        self.local_token_file: Path | None = None
 
     async def start(self) -> int:
         opts = server_options(MAX_CONTROL_MESSAGE)
         opts = [o for o in opts if o[0] != "grpc.max_send_message_length"]
         opts.append(("grpc.max_send_message_length", 64 << 20))
         server = aio.server(options=opts)
+        self.port = bind(server, f"{_bracket(self.host)}:{self.port}", self.security)
+        if self.security.token is None and not self.security.insecure and is_loopback(self.host):
+            # No token given on loopback: make one (or reuse the last one for this port)
+            # in a file only this user can read, where this user's workers and clients
+            # look for it. Other users of the machine get UNAUTHENTICATED.
+            token, path = ensure_local_token(self.port)
+            self.security = self.security.with_token(token)
+            self.local_token_file = path
         token = self.security.token
         add_servicer(pb_grpc.add_CoordinatorServicer_to_server, self.servicer, server,
                      self_checked=frozenset({"Connect"}), token=token)
@@ -288,7 +298,6 @@ class CoordinatorServer:
                  health.SERVICE_NAME)
         add_servicer(reflection_pb2_grpc.add_ServerReflectionServicer_to_server,
                      reflection.aio.ReflectionServicer(names), server, token=token)
-        self.port = bind(server, f"{_bracket(self.host)}:{self.port}", self.security)
         await server.start()
         self._server = server
         self._ticker = asyncio.create_task(self._tick_loop())

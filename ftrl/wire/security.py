@@ -171,6 +171,38 @@ def write_token_file(path: str | Path, token: str | None = None) -> str:
     return token
 
 
+def local_token_path(port: int) -> Path:
+    """Where a coordinator on loopback:`port` without a configured token keeps the token
+    it made: readable by this user only, found there by this user's workers and clients."""
+    home = Path(os.environ.get("FTRL_HOME") or Path.home() / ".ftrl")
+    return home / "tokens" / f"loopback-{port}.token"
+
+
+def discover_token(address: str) -> str | None:
+    """The token of a coordinator on this machine's loopback at `address`, if it left one."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or not is_loopback(host.strip("[]")):
+        return None
+    path = local_token_path(int(port))
+    try:
+        return read_token_file(str(path)) if path.is_file() else None
+    except ConfigError:
+        return None
+
+
+def ensure_local_token(port: int) -> tuple[str, Path]:
+    """The token file of a loopback coordinator: reused if it exists (so a restarted
+    coordinator keeps its workers), made (0600) otherwise."""
+    path = local_token_path(port)
+    if path.is_file():
+        try:
+            return read_token_file(str(path)), path
+        except ConfigError:
+            pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return write_token_file(path), path
+
+
 def is_loopback(host: str) -> bool:
     """True if `host` names only the loopback interface."""
     if host in ("localhost", ""):

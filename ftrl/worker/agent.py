@@ -48,7 +48,7 @@ from ftrl.wire.errors import (
 )
 from ftrl.wire.grpcopts import channel_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, check_name
-from ftrl.wire.security import Security, is_loopback, secure_channel
+from ftrl.wire.security import Security, discover_token, is_loopback, secure_channel
 from ftrl.worker.processes import ActorProcess, SparePool
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,10 @@ class NodeAgent:
 
     def __init__(self, opts: WorkerOptions, security: Security) -> None:
         self.opts = opts
+        if security.token is None and not security.insecure:
+            found = discover_token(opts.coordinator)  # a coordinator on loopback left one
+            if found:
+                security = security.with_token(found)
         self.security = security
         host, _, port = opts.coordinator.rpartition(":")
         if not host or not port.isdigit():

@@ -11,7 +11,7 @@ from ftrl.worker.agent import NodeAgent, WorkerOptions
 
 async def serve(opts: WorkerOptions, security: Security, stop: asyncio.Event | None = None) -> None:
     agent = NodeAgent(opts, security)
-    check_bind(agent.address, security, "this worker's actors")
+    check_bind(agent.address, agent.security, "this worker's actors")
     if stop is None:
         stop = asyncio.Event()
         stop_on_signals(stop)

@@ -22,7 +22,7 @@ from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE
 from ftrl.wire.security import Security, write_token_file
 from tests import procs
-from tests.integration.conftest import FAST, cluster_env, running
+from tests.integration.conftest import FAST, cluster_env, running, wait_until
 from tests.netns import Netns, netns_unavailable
 from tests.pki import make_pki
 from tests.secure_cluster import SecureCluster
@@ -456,3 +456,45 @@ def test_create_actor_rate_limit_per_peer(tmp_path):
     finally:
         procs.stop(proc)
     assert "Traceback" not in log.read_text()
+
+
+def test_standalone_loopback_coordinator_makes_a_token_only_its_user_finds(tmp_path):
+    """No token given on loopback: the coordinator makes one in a 0600 file under
+    FTRL_HOME; this user's workers, SDK and CLI find it; anyone else is refused; a
+    restarted coordinator keeps it, so its workers stay."""
+    home = tmp_path / "home"
+    environ = procs.env(FTRL_HOME=str(home))
+    port_file = tmp_path / "port"
+    coordinator = procs.start(procs.ftrl("coordinator", "--port", "0", "--port-file", str(port_file)),
+                              tmp_path / "coordinator.log", environ)
+    worker = None
+    try:
+        port = procs.wait_port(port_file, coordinator, tmp_path / "coordinator.log")
+        token_file = home / "tokens" / f"loopback-{port}.token"
+        assert token_file.is_file() and (token_file.stat().st_mode & 0o777) == 0o600
+        address = f"127.0.0.1:{port}"
+        with _channel(address) as channel:  # no token: refused
+            code, details = _coordinator_call(channel, "ListNodes", ())
+        assert code == C.UNAUTHENTICATED and "missing cluster token" in details
+        worker = procs.start(procs.ftrl("worker", "--coordinator", address, "--node-id", "w1"),
+                             tmp_path / "worker.log", environ)
+        status = subprocess.run(procs.ftrl("status", "--coordinator", address, "--json"),
+                                env=environ, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        with ftrl.Client(address, security=Security(token=token_file.read_text().strip())) as c:
+            wait_until(lambda: [n["state"] for n in c.nodes()] == ["ALIVE"], 60, what="the worker to join")
+        other = procs.env(FTRL_HOME=str(tmp_path / "someone-else"))  # no token to find
+        refused = subprocess.run(procs.ftrl("status", "--coordinator", address), env=other,
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode != 0 and "cluster token" in refused.stderr
+        # restart on the same port: the same token, and the worker reconnects on its own
+        token = token_file.read_text()
+        procs.stop(coordinator)
+        coordinator = procs.start(procs.ftrl("coordinator", "--port", str(port)),
+                                  tmp_path / "coordinator2.log", environ)
+        with ftrl.Client(address, security=Security(token=token.strip())) as c:
+            wait_until(lambda: [(n["node_id"], n["connected"]) for n in c.nodes()] == [("w1", True)],
+                       60, what="the worker to reconnect")
+        assert token_file.read_text() == token and worker.poll() is None
+    finally:
+        procs.stop(worker, coordinator)
