@@ -6,7 +6,10 @@
 Used by `ftrl train` without --coordinator and by the integration tests. The
 cluster makes its own token (a 0600 file in its state dir), listens on
 127.0.0.1 only, and is torn down on exit (and, through PR_SET_PDEATHSIG, if
-the process that started it dies).
+the process that started it dies; Linux ties that signal to the starting
+*thread*, so start a cluster from a thread that outlives it, e.g. the main one).
+Its processes run in their own session, so a Ctrl-C at the terminal reaches
+only the process that owns the cluster, which decides how to stop.
 """
 
 from __future__ import annotations
