@@ -315,15 +315,23 @@ class AsyncActorHandle:
         self._info, self.incarnation, self._usable, self._failed = info, info.incarnation, True, None
         self._trusted_until = asked + min(info.valid_for_s, MAX_TRUST_S)
 
-    async def _revalidate(self) -> None:
-        """The trust in the known incarnation ran out: ask the coordinator again."""
+    async def _ask_coordinator(self) -> tuple[pb.ActorInfo | None, float]:
+        """The actor's record now (and when we asked), or None if the coordinator is
+        away: then nothing can be fenced meanwhile, so callers go ahead, and the next
+        few calls do not ask again."""
         asked = time.monotonic()
         try:
             info = await self.client._rpc("GetActor", pb.GetActorRequest(name=self.name),
                                           timeout=REVALIDATE_TIMEOUT_S)
         except (ActorUnavailableError, FtrlTimeoutError):
-            # the coordinator is away: go ahead, and do not ask again on every call
             self._trusted_until = time.monotonic() + REVALIDATE_TIMEOUT_S
+            return None, asked
+        return info, asked
+
+    async def _revalidate(self) -> None:
+        """The trust in the known incarnation ran out: ask the coordinator again."""
+        info, asked = await self._ask_coordinator()
+        if info is None:
             return
         if info.state == pb.ACTOR_DEAD:
             self._usable = False
@@ -419,13 +427,8 @@ class AsyncActorHandle:
         result = await self._call_once(method, payload)
         if time.monotonic() < self._trusted_until:
             return result
-        asked = time.monotonic()
-        try:
-            info = await self.client._rpc("GetActor", pb.GetActorRequest(name=self.name),
-                                          timeout=REVALIDATE_TIMEOUT_S)
-        except (ActorUnavailableError, FtrlTimeoutError):
-            # the coordinator is away: nothing can have been fenced meanwhile
-            self._trusted_until = time.monotonic() + REVALIDATE_TIMEOUT_S
+        info, asked = await self._ask_coordinator()
+        if info is None:
             return result
         if info.incarnation == incarnation and info.state != pb.ACTOR_DEAD:
             if info.state == pb.ACTOR_ALIVE and info.address == self.address:
