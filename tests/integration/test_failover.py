@@ -168,3 +168,28 @@ def test_result_of_a_call_that_outlived_its_fenced_callee_is_discarded(make_clus
     else:
         assert handle.wait_alive(10) == moved["incarnation"]
         assert handle.call("pid") == moved["pid"]
+
+
+def test_a_node_over_its_failure_limit_is_excluded_and_its_actors_move(make_cluster):
+    """Per-node failure counts for real: SIGKILL an actor until its node passes
+    max_node_failures; the node is EXCLUDED and the actor moves to the other worker."""
+    cluster = make_cluster(workers=1, slots=2, max_node_failures=2)
+    c = cluster.client()
+    c.create_actor(COUNTER, name="flaky", max_restarts=-1)
+    first = c.actor("flaky")
+    cluster.wait_nodes([cluster.start_worker("local-1")])
+    seq = event_seq(c)
+    for _ in range(3):  # failures 1, 2 restart in place; the 3rd is over the limit of 2
+        before = c.actor("flaky")
+        assert before["node_id"] == first["node_id"]
+        os.kill(before["pid"], signal.SIGKILL)
+        c.wait_actor("flaky", 30, min_incarnation=before["incarnation"] + 1)
+    excluded = wait_event(c, seq, lambda e: e["type"] == "NODE_EXCLUDED", nodes=True, timeout=30)
+    assert excluded["node_id"] == first["node_id"] and "max_node_failures=2" in excluded["message"]
+    moved = c.wait_actor("flaky", 30, min_incarnation=first["incarnation"] + LOCAL_RESTART_RANGE)
+    assert moved["state"] == "ALIVE" and moved["node_id"] == "local-1"
+    node = _node(c, first["node_id"])
+    assert node["state"] == "EXCLUDED" and node["actors"] == [] and node["failures"] == 3
+    # an excluded node gets no new actors
+    c.create_actor(COUNTER, name="newcomer", resources={"cpu": 0.5})
+    assert c.actor("newcomer")["node_id"] == "local-1"
