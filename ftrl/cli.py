@@ -117,8 +117,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         info = client.cluster_info()
         nodes = client.nodes()
         actors = client.actors(args.prefix or "")
+        meshes = [m for m in client.meshes() if m["group"].startswith(args.prefix or "")]
     if args.json:
-        print(json.dumps({"cluster": info, "nodes": nodes, "actors": actors}, indent=2))
+        print(json.dumps({"cluster": info, "nodes": nodes, "actors": actors, "learner_groups": meshes}, indent=2))
         return 0
     alive = sum(1 for n in nodes if n["state"] == "ALIVE")
     print(f"coordinator {client.address} ({info['coordinator_id']}, ftrl {info['version']}, "
@@ -135,6 +136,14 @@ def cmd_status(args: argparse.Namespace) -> int:
           a["class_path"], (a["death_reason"].splitlines() or [""])[0][:60]] for a in actors],
         ["ACTOR", "STATE", "NODE", "PID", "INC", "RESTARTS", "CLASS", "DEATH REASON"],
     ) if actors else "no actors")
+    if meshes:
+        print()
+        print(_table(
+            [[m["group"], m["epoch"], len(m["members"]),
+              " ".join(f"{x['rank']}:{x['name'].rsplit('/', 1)[-1]}@{x['incarnation']}" for x in m["members"]) or "-",
+              len(m["waiting"]), (m["reason"] or "")[:60]] for m in meshes],
+            ["LEARNER GROUP", "EPOCH", "MEMBERS", "RANKS", "WAITING", "LAST CHANGE"],
+        ))
     return 0
 
 

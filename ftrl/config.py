@@ -60,6 +60,8 @@ class EnvRunnersConfig:
     num_cpus_per_env_runner: float = 1.0
     explore: bool = True
     inference_backend: str = "numpy"
+    max_weights_lag: int = 0
+    weights_fanout: int = 4
 
 
 @dataclass
@@ -138,9 +140,17 @@ class DebuggingConfig:
 
 @dataclass
 class LearnersConfig:
+    """The learner mesh: 0 learns in the driver; M > 0 trains data-parallel on M learner
+    actors over torch.distributed (NCCL on GPUs, gloo on CPUs) that re-form on failure."""
+
     num_learners: int = 0
     n_init_learners: int | None = None
+    min_learners: int = 1
     num_cpus_per_learner: float = 1.0
+    num_gpus_per_learner: float = 0.0
+    learner_wait_timeout_s: float = 600.0
+    learner_collective_timeout_s: float = 60.0
+    max_num_learner_restarts: int = 1000
 
 
 @dataclass
@@ -316,9 +326,13 @@ class AlgorithmConfig:
         num_cpus_per_env_runner: float = _NOT_SET,
         explore: bool = _NOT_SET,
         inference_backend: str = _NOT_SET,
+        max_weights_lag: int = _NOT_SET,
+        weights_fanout: int = _NOT_SET,
         **unknown: Any,
     ) -> AlgorithmConfig:
-        """Set how many runners sample, with how many sub-envs each, and their timeouts."""
+        """Set how many runners sample, with how many sub-envs each, and their timeouts.
+        `max_weights_lag`: a runner never samples with weights older than this many
+        versions; `weights_fanout`: children per node of the weight broadcast tree."""
         self._set("env_runners", _locals_without_self(locals()))
         return self
 
@@ -395,10 +409,19 @@ class AlgorithmConfig:
         *,
         num_learners: int = _NOT_SET,
         n_init_learners: int | None = _NOT_SET,
+        min_learners: int = _NOT_SET,
         num_cpus_per_learner: float = _NOT_SET,
+        num_gpus_per_learner: float = _NOT_SET,
+        learner_wait_timeout_s: float = _NOT_SET,
+        learner_collective_timeout_s: float = _NOT_SET,
+        max_num_learner_restarts: int = _NOT_SET,
         **unknown: Any,
     ) -> AlgorithmConfig:
-        """Learner placement: 0 learns inside the Algorithm process."""
+        """The learner mesh. `num_learners=0` learns inside the Algorithm process; M > 0
+        starts M learner actors (`JOB/learner/I`). Training starts once `n_init_learners`
+        (default: all) joined, pauses below `min_learners` for up to
+        `learner_wait_timeout_s`; a collective slower than `learner_collective_timeout_s`
+        counts as a hang."""
         self._set("learners", _locals_without_self(locals()))
         return self
 
@@ -593,14 +616,23 @@ class AlgorithmConfig:
             raise ConfigError(f"seed must be in [0, 2**31), got {seed}")
         lrn = self.learners_cfg
         _non_negative_int("num_learners", lrn.num_learners)
-        if lrn.num_learners > 0:
+        if lrn.n_init_learners is not None and not (
+            (1 if lrn.num_learners else 0) <= lrn.n_init_learners <= lrn.num_learners
+        ):
             raise ConfigError(
-                f"num_learners={lrn.num_learners}: learner actors (and the learner mesh) are "
-                "not supported yet; use num_learners=0 (the learner runs in the Algorithm "
-                "process)"
-            )
-        if lrn.n_init_learners is not None and not 0 <= lrn.n_init_learners <= lrn.num_learners:
-            raise ConfigError("n_init_learners must be between 0 and num_learners")
+                f"n_init_learners must be between 1 and num_learners={lrn.num_learners}, "
+                f"got {lrn.n_init_learners}")
+        _positive_int("min_learners", lrn.min_learners)
+        if lrn.num_learners and lrn.min_learners > lrn.num_learners:
+            raise ConfigError(
+                f"min_learners={lrn.min_learners} is more than num_learners={lrn.num_learners}")
+        if lrn.num_cpus_per_learner < 0 or lrn.num_gpus_per_learner < 0:
+            raise ConfigError("num_cpus_per_learner and num_gpus_per_learner must be >= 0")
+        _positive_float("learner_wait_timeout_s", lrn.learner_wait_timeout_s)
+        _positive_float("learner_collective_timeout_s", lrn.learner_collective_timeout_s)
+        _non_negative_int("max_num_learner_restarts", lrn.max_num_learner_restarts)
+        _non_negative_int("max_weights_lag", run.max_weights_lag)
+        _positive_int("weights_fanout", run.weights_fanout)
         _positive_int(
             "metrics_num_episodes_for_smoothing", self.reporting_cfg.metrics_num_episodes_for_smoothing
         )

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from ftrl.client.convert import actor_dict, event_dict, node_dict
+from ftrl.client.convert import actor_dict, event_dict, mesh_dict, node_dict
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
@@ -222,6 +222,39 @@ class AsyncClient:
         """Stop an actor for good; returns its final record."""
         reply = await self._rpc("KillActor", pb.KillActorRequest(name=name, reason=reason))
         return actor_dict(reply.actor)
+
+    # ---------------------------------------------------------------- learner mesh
+
+    async def join_mesh(self, group: str, member: str, incarnation: int, store_address: str,
+                        host: str, config_hash: str = "", last_epoch: int = 0) -> dict[str, Any]:
+        """Ask to be taken into the mesh's next epoch (see coordinator/rendezvous.py)."""
+        return mesh_dict(await self._rpc("JoinMesh", pb.JoinMeshRequest(
+            group=group, member=member, incarnation=incarnation, store_address=store_address,
+            host=host, config_hash=config_hash, last_epoch=last_epoch)))
+
+    async def get_mesh(self, group: str, after_seq: int = -1, wait_s: float = 0.0) -> dict[str, Any]:
+        """The mesh's view; with `wait_s`, wait that long for a change past `after_seq`."""
+        wait_s = max(0.0, min(wait_s, 60.0))
+        return mesh_dict(await self._rpc(
+            "GetMesh", pb.GetMeshRequest(group=group, after_seq=after_seq, wait_s=wait_s),
+            timeout=wait_s + self.timeout))
+
+    async def form_mesh(self, group: str, expected_epoch: int, min_size: int = 1,
+                        remove: list[str] | None = None, reason: str = "",
+                        reform: bool = False) -> dict[str, Any]:
+        """Open the next epoch from `expected_epoch` (compare-and-set)."""
+        return mesh_dict(await self._rpc("FormMesh", pb.FormMeshRequest(
+            group=group, expected_epoch=expected_epoch, min_size=min_size,
+            remove=list(remove or ()), reason=reason, reform=reform)))
+
+    async def leave_mesh(self, group: str, member: str, reason: str = "") -> dict[str, Any]:
+        return mesh_dict(await self._rpc(
+            "LeaveMesh", pb.LeaveMeshRequest(group=group, member=member, reason=reason)))
+
+    async def meshes(self) -> list[dict[str, Any]]:
+        """Every learner mesh of the cluster."""
+        reply = await self._rpc("ListMeshes", pb.ListMeshesRequest())
+        return [mesh_dict(v) for v in reply.meshes]
 
     async def events(self, prefix: str = "", nodes: bool = False, after_seq: int = -1) -> AsyncIterator[dict]:
         """Stream actor events (and node events if `nodes`) as dicts, as they happen;

@@ -117,6 +117,28 @@ class Client:
 
         return actor_dict(self._run(self._aio.wait_actor(name, timeout, min_incarnation)))
 
+    def join_mesh(self, group: str, member: str, incarnation: int, store_address: str,
+                  host: str, config_hash: str = "", last_epoch: int = 0) -> dict[str, Any]:
+        """Ask to be taken into a learner mesh's next epoch."""
+        return self._run(self._aio.join_mesh(group, member, incarnation, store_address, host,
+                                             config_hash, last_epoch))
+
+    def get_mesh(self, group: str, after_seq: int = -1, wait_s: float = 0.0) -> dict[str, Any]:
+        """A learner mesh's view; with `wait_s`, wait for a change past `after_seq`."""
+        return self._run(self._aio.get_mesh(group, after_seq, wait_s))
+
+    def form_mesh(self, group: str, expected_epoch: int, min_size: int = 1,
+                  remove: list[str] | None = None, reason: str = "", reform: bool = False) -> dict[str, Any]:
+        """Open a learner mesh's next epoch from `expected_epoch` (compare-and-set)."""
+        return self._run(self._aio.form_mesh(group, expected_epoch, min_size, remove, reason, reform))
+
+    def leave_mesh(self, group: str, member: str, reason: str = "") -> dict[str, Any]:
+        return self._run(self._aio.leave_mesh(group, member, reason))
+
+    def meshes(self) -> list[dict[str, Any]]:
+        """Every learner mesh: group, epoch, members (rank order), waiting."""
+        return self._run(self._aio.meshes())
+
     def events(self, prefix: str = "", nodes: bool = False, after_seq: int = -1,
                timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Iterate over events as they happen; stops after `timeout` s without one.

@@ -20,6 +20,7 @@ class RuntimeContext:
     node_id: str
     coordinator: str
     restarts: int = 0
+    host: str = "127.0.0.1"  # the address this actor's node serves on
     security: Security = field(default_factory=Security)
     _client: Client | None = field(default=None, repr=False)
 

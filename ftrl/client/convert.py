@@ -64,3 +64,23 @@ def event_dict(e: pb.Event) -> dict[str, Any]:
         "at": e.at,
         "message": e.message,
     }
+
+
+def mesh_member_dict(m: pb.MeshMember) -> dict[str, Any]:
+    return {"name": m.name, "incarnation": m.incarnation, "store_address": m.store_address,
+            "host": m.host, "rank": m.rank}
+
+
+def mesh_dict(v: pb.MeshView) -> dict[str, Any]:
+    """A learner mesh view: its epoch, members in rank order and waiting joiners."""
+    return {
+        "group": v.group,
+        "epoch": v.epoch,
+        "members": [mesh_member_dict(m) for m in v.members],
+        "waiting": [mesh_member_dict(m) for m in v.waiting],
+        "store_prefix": v.store_prefix,
+        "config_hash": v.config_hash,
+        "reason": v.reason,
+        "seq": v.seq,
+        "formed_at": v.formed_at,
+    }

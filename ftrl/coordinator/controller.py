@@ -34,6 +34,7 @@ from ftrl import __version__
 from ftrl.coordinator.events import EventLog
 from ftrl.coordinator.launcher import LoggingLauncher, NodeLauncher
 from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState
+from ftrl.coordinator.rendezvous import MeshRegistry
 from ftrl.util.backoff import restart_delay
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
@@ -131,6 +132,7 @@ class Controller:
         self._wake_at = float("inf")  # when the next backoff of a waiting actor ends
         self._last_epoch = 0
         self.on_actor_change: Callable[[str], None] = lambda name: None
+        self.meshes = MeshRegistry(self.actors.get)
         self.on_node_fenced: Callable[[str], None] = lambda node_id: None
 
     # ------------------------------------------------------------------ helpers
@@ -141,11 +143,14 @@ class Controller:
         return self._last_epoch
 
     def _changed(self, rec: ActorRecord) -> None:
+        self.meshes.actor_changed(rec.name)
         self.on_actor_change(rec.name)
 
     def _emit(self, type_: int, rec: ActorRecord | None = None, node_id: str = "", message: str = ""):
         if rec is not None:
             self.events.emit(type_, rec.name, rec.node_id, rec.incarnation, message)
+            if type_ in (E.EVENT_DIED, E.EVENT_DEAD):
+                self.meshes.actor_died(rec.name, rec.incarnation, message)
             self._changed(rec)
         else:
             self.events.emit(type_, node_id=node_id, message=message)

@@ -87,6 +87,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         controller.send = self._send
         controller.on_actor_change = self._actor_changed
         controller.on_node_fenced = self._close_stream
+        self._mesh_changes: dict[str, asyncio.Event] = {}
+        controller.meshes.on_change = self._mesh_changed
 
     # ---------------------------------------------------------------- plumbing
 
@@ -101,6 +103,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def _actor_changed(self, name: str) -> None:
         event = self._changes.pop(name, None)
+        if event is not None:
+            event.set()
+
+    def _mesh_changed(self, group: str) -> None:
+        event = self._mesh_changes.pop(group, None)
         if event is not None:
             event.set()
 
@@ -233,6 +240,44 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @_unary
     async def GetClusterInfo(self, request, context):
         return self.c.cluster_info()
+
+    # ---------------------------------------------------------------- learner mesh
+
+    @_unary
+    async def JoinMesh(self, request, context):
+        self._check_caller(context)
+        return self.c.meshes.join(request)
+
+    @_unary
+    async def GetMesh(self, request, context):
+        if not (0.0 <= request.wait_s <= MAX_WAIT_S):
+            raise InvalidArgumentError(f"wait_s must be in [0, {MAX_WAIT_S:g}]")
+        view = self.c.meshes.view(request.group)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.wait_s
+        while view.seq <= request.after_seq and view.seq:  # an unknown mesh (seq 0): answer at once
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            event = self._mesh_changes.setdefault(request.group, asyncio.Event())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+            view = self.c.meshes.view(request.group)
+        return view
+
+    @_unary
+    async def FormMesh(self, request, context):
+        self._check_caller(context)
+        return self.c.meshes.form(request)
+
+    @_unary
+    async def LeaveMesh(self, request, context):
+        self._check_caller(context)
+        return self.c.meshes.leave(request.group, request.member, request.reason)
+
+    @_unary
+    async def ListMeshes(self, request, context):
+        return pb.ListMeshesReply(meshes=self.c.meshes.views())
 
     async def WatchEvents(self, request, context):
         after = request.after_seq if request.replay else -1

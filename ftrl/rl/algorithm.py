@@ -4,16 +4,23 @@
     while True:
         result = algo.train()          # one training_iteration() plus bookkeeping
 
-Subclasses implement `training_iteration()` with the RLlib-style helpers
-`synchronous_parallel_sample()` and `sync_weights()`; everything else (episode window,
-counters, evaluation, metrics.jsonl, checkpoints, resume) is done here.
+Subclasses (ftrl.rl.algorithms.ppo) implement `setup_learner()` and
+`training_iteration()` with the RLlib-style helpers `synchronous_parallel_sample()` and
+`sync_weights()`. This module does the rest of one iteration: setup, the episode
+window and counters, evaluation, the result dict and metrics.jsonl, periodic
+checkpoints. Two neighbours hold the remainder, behind methods that delegate to them:
+
+- ftrl.rl.run_loop: `run()`/`finish()`, training to a stop criterion, Ctrl-C/SIGTERM,
+  the final checkpoint and result.json.
+- ftrl.rl.algo_state: `get_state()`/`set_state()`/`save_checkpoint()`, resume and
+  `check_resume_compatible` (re-exported here).
 
 Runners: with `num_env_runners=0` the Algorithm samples with a local EnvRunner in its
 own process. Otherwise it creates remote runners through `client.create_actor`; the
 client is injected (`client=`), so the same code runs on the real runtime, on
 `ftrl.rl.local_handle.LocalClient` (in-process threads) in tests, or on whatever the
-cluster hook provides. With no client given and remote runners asked for, a
-LocalClient is used.
+cluster hook provides. With no client given and remote runners or learners asked
+for, an embedded local cluster is started (`embedded_cluster_for`).
 """
 
 from __future__ import annotations
@@ -21,9 +28,9 @@ from __future__ import annotations
 import logging
 import os
 import random
-import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +38,20 @@ import numpy as np
 import torch
 
 from ftrl.config import AlgorithmConfig, StopCriteria
+from ftrl.rl import algo_state, run_loop
+from ftrl.rl.algo_state import CHECKPOINT_FORMAT as CHECKPOINT_FORMAT
+from ftrl.rl.algo_state import check_resume_compatible as check_resume_compatible
 from ftrl.rl.checkpoint import CheckpointManager
 from ftrl.rl.env_factory import probe_spaces
-from ftrl.rl.env_runner import EnvRunner, config_from_dict
+from ftrl.rl.env_runner import EnvRunner
 from ftrl.rl.filters import make_filter
-from ftrl.rl.metrics import EpisodeWindow, MetricsLog, json_safe
+from ftrl.rl.metrics import EpisodeWindow, MetricsLog
 from ftrl.rl.runner_group import EnvRunnerGroup
 from ftrl.rl.sample_batch import check_fragment
 from ftrl.rl.spaces import SpaceSpec, space_spec
-from ftrl.util.files import atomic_write_json
 from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_FORMAT = 1
-#: Config keys a resumed run must share with its checkpoint.
-_FIXED_ON_RESUME = ("algo", "env", "observation_filter")
 
 
 class Algorithm:
@@ -79,7 +84,6 @@ class Algorithm:
         self.job_name = job_name
         obs_space, act_space = probe_spaces(cfg.environment_cfg.env, cfg.environment_cfg.env_config)
         self.spec: SpaceSpec = space_spec(obs_space, act_space)
-        self.learner = self.setup_learner()
         self.filter = make_filter(cfg.env_runners_cfg.observation_filter, (self.spec.obs_dim,))
         self.episodes = EpisodeWindow(cfg.reporting_cfg.metrics_num_episodes_for_smoothing)
         # counters (checkpointed)
@@ -100,20 +104,14 @@ class Algorithm:
             self.metrics_log = MetricsLog(self.output_dir / "metrics.jsonl")
         self.restored_from: Path | None = None
         self._saved_runner_counters: dict[str, Any] = {}
-        if resume:
-            self._resume()
-        elif self.metrics_log is not None and self.metrics_log.path.exists():
-            # a fresh run: iterations restart at 1, so old lines would repeat them
-            dropped = self.metrics_log.truncate_after(0)
-            log.warning("fresh run in %s: dropped %d old metrics lines", self.output_dir, dropped)
-        # runners
+        # the cluster (for remote runners and learners)
         self._own_client = False
-        needs_client = cfg.env_runners_cfg.num_env_runners > 0 or (
+        needs_client = cfg.env_runners_cfg.num_env_runners > 0 or cfg.learners_cfg.num_learners > 0 or (
             cfg.evaluation_cfg.evaluation_interval is not None and cfg.evaluation_cfg.evaluation_num_env_runners > 0
         )
         self._own_cluster = None
         if needs_client and client is None:
-            log.info("no client given: starting an embedded local cluster for the env runners")
+            log.info("no client given: starting an embedded local cluster for the runners and learners")
             self._own_cluster = embedded_cluster_for(cfg).start()
             client = self._own_cluster.client()
             self._own_client = True
@@ -122,10 +120,19 @@ class Algorithm:
         self.env_runner_group: EnvRunnerGroup | None = None
         self.eval_local_runner: EnvRunner | None = None
         self.eval_runner_group: EnvRunnerGroup | None = None
+        self.learner: Any = None
+        self._local_model: Any = None
         self._stopped = False
         try:
+            self.learner = self._make_learner()
+            if resume:
+                self._resume()
+            elif self.metrics_log is not None and self.metrics_log.path.exists():
+                # a fresh run: iterations restart at 1, so old lines would repeat them
+                dropped = self.metrics_log.truncate_after(0)
+                log.warning("fresh run in %s: dropped %d old metrics lines", self.output_dir, dropped)
             self._setup_runners()
-            self._restore_runner_counters()
+            algo_state.restore_runner_counters(self)
             self.sync_weights()
         except BaseException:
             self.stop()
@@ -134,10 +141,39 @@ class Algorithm:
 
     # ------------------------------------------------------------------ setup hooks
 
+    #: The learner class ("module:Class") learner actors host; see setup_learner.
+    learner_class_path = ""
+
     def setup_learner(self) -> Any:
-        """Create the learner (subclasses: return an object with update/get_weights/
-        get_state/set_state)."""
+        """Create the in-process learner (subclasses: return an object with update/
+        get_weights/get_state/set_state/version)."""
         raise NotImplementedError(f"{type(self).__name__} must implement setup_learner()")
+
+    def _make_learner(self) -> Any:
+        """The learner behind one interface: in this process (`num_learners=0`) or the
+        elastic LearnerGroup of `num_learners` learner actors."""
+        if self.config.learners_cfg.num_learners == 0:
+            return self.setup_learner()
+        from ftrl.rl.learner_group import LearnerGroup
+
+        group = LearnerGroup(self.client, self.config, job_name=self.job_name,
+                             space_spec=self.spec.to_dict(), learner_class=self.learner_class_path)
+        group.start()
+        return group
+
+    @property
+    def learner_group(self) -> Any:
+        """The LearnerGroup, or None when the learner runs in this process."""
+        from ftrl.rl.learner_group import LearnerGroup
+
+        return self.learner if isinstance(self.learner, LearnerGroup) else None
+
+    def scale_learners(self, num_learners: int) -> None:
+        """Grow or shrink the learner group at the next step boundary (thread-safe)."""
+        group = self.learner_group
+        if group is None:
+            raise ConfigError("this run has no learner group (num_learners=0)")
+        group.scale(num_learners)
 
     def _setup_runners(self) -> None:
         cfg = self.config
@@ -195,6 +231,7 @@ class Algorithm:
             "episodes_this_iter": self._iter["episodes"],
             **self.episodes.stats(),
             **self.runner_stats(),
+            **self.learner_stats(),
             "time_s": self.time_s,
             "time_this_iter_s": iter_time,
             "timestamp": time.time(),
@@ -207,6 +244,14 @@ class Algorithm:
     def time_s(self) -> float:
         """Training wall time, continued across resumes (setup excluded)."""
         return self._time_base + (time.monotonic() - getattr(self, "_t_start", time.monotonic()))
+
+    def learner_stats(self) -> dict[str, Any]:
+        """The learner mesh: live members of the epoch that ran the last update, its
+        epoch and the weights version (0, 0 and the version for an in-process learner)."""
+        group = self.learner_group
+        if group is None:
+            return {"num_learners": 0, "mesh_epoch": 0, "weights_version": self.learner_version}
+        return {**group.stats(), "weights_version": self.learner_version}
 
     def runner_stats(self) -> dict[str, Any]:
         """Health and failure counters of the env runners."""
@@ -350,63 +395,29 @@ class Algorithm:
 
         x = ObsEncoder(self.spec).encode(obs)[None, :]
         x = self.filter(x, update=False)
+        model = getattr(self.learner, "model", None)
+        if model is None:  # remote learners: a local copy of the latest weights
+            from ftrl.rl.models import ActorCritic
+
+            version, weights = self.learner.get_weights()
+            if self._local_model is None or self._local_model[0] != version:
+                local = ActorCritic(self.spec, self.config.model_config)
+                local.set_flat(weights)
+                self._local_model = (version, local)
+            model = self._local_model[1]
         with torch.inference_mode():
-            actions, _, _ = self.learner.model.act(torch.from_numpy(np.ascontiguousarray(x, np.float32)), explore)
+            actions, _, _ = model.act(torch.from_numpy(np.ascontiguousarray(x, np.float32)), explore)
         return env_action(self.spec, actions.numpy())[0]
 
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ checkpoints (ftrl.rl.algo_state)
 
     def get_state(self) -> dict[str, Any]:
         """Everything a checkpoint holds (msgpack + numpy only)."""
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "algo": self.config.algo_name,
-            "iteration": self.iteration,
-            "env_steps_sampled": self.env_steps_sampled,
-            "env_steps_trained": self.env_steps_trained,
-            "time_s": self.time_s,
-            "config": self.config.to_dict(),
-            "space_spec": self.spec.to_dict(),
-            "learner": self.learner.get_state(),
-            "filter": self.filter.get_state(),
-            "episodes": self.episodes.get_state(),
-            "runner_counters": self._runner_counters(),
-            "rng": {
-                "python": _python_rng_to_wire(random.getstate()),
-                "numpy": _np_global_state_to_wire(),
-                "torch": torch.get_rng_state().numpy().copy(),
-            },
-            "saved_at": time.time(),
-        }
+        return algo_state.get_state(self)
 
     def save_checkpoint(self) -> Path:
         """Write a checkpoint for the current iteration under output_dir/checkpoints."""
-        if self.checkpoints is None:
-            raise ConfigError("no output_dir: nowhere to write checkpoints")
-        path = self.checkpoints.save(self.iteration, self.get_state())
-        self._last_checkpoint_iter = self.iteration
-        log.debug("checkpoint %s", path)
-        return path
-
-    def _runner_counters(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.env_runner_group is not None:
-            out["env_runners"] = self.env_runner_group.get_counters()
-        if self.eval_runner_group is not None:
-            out["eval_runners"] = self.eval_runner_group.get_counters()
-        if self.local_runner is not None:
-            out["local_sub_env_restarts"] = self.local_runner.num_sub_env_restarts
-        return out
-
-    def _restore_runner_counters(self) -> None:
-        """Failure counters continue across a resume (they never go backwards)."""
-        saved = self._saved_runner_counters
-        if self.env_runner_group is not None and "env_runners" in saved:
-            self.env_runner_group.set_counters(saved["env_runners"])
-        if self.eval_runner_group is not None and "eval_runners" in saved:
-            self.eval_runner_group.set_counters(saved["eval_runners"])
-        if self.local_runner is not None and "local_sub_env_restarts" in saved:
-            self.local_runner.num_sub_env_restarts += int(saved["local_sub_env_restarts"])
+        return algo_state.save_checkpoint(self)
 
     def check_compatible(self, state: dict[str, Any]) -> None:
         """Raise ConfigError if this config cannot continue from `state`."""
@@ -414,45 +425,19 @@ class Algorithm:
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore from `get_state()` output (after `check_compatible`)."""
-        self.check_compatible(state)
-        self.learner.set_state(state["learner"])
-        self.filter.set_state(state["filter"])
-        self.episodes.set_state(state["episodes"])
-        self.iteration = int(state["iteration"])
-        self.env_steps_sampled = int(state["env_steps_sampled"])
-        self.env_steps_trained = int(state.get("env_steps_trained", 0))
-        self._time_base = float(state.get("time_s", 0.0))
-        self._saved_runner_counters = state.get("runner_counters") or {}
-        rng = state.get("rng") or {}
-        if "python" in rng:
-            random.setstate(_python_rng_from_wire(rng["python"]))
-        if "numpy" in rng:
-            _np_global_state_from_wire(rng["numpy"])
-        if "torch" in rng:
-            torch.set_rng_state(torch.from_numpy(np.asarray(rng["torch"], np.uint8).copy()))
-        self._last_checkpoint_iter = self.iteration
+        algo_state.set_state(self, state)
 
     def _resume(self) -> None:
-        if self.checkpoints is None:
-            raise ConfigError("resume needs an output directory")
-        found = self.checkpoints.load_latest()
-        if found is None:
-            log.warning("no valid checkpoint under %s: starting fresh", self.checkpoints.directory)
-            if self.metrics_log is not None:
-                self.metrics_log.truncate_after(0)
-            return
-        state, path = found
-        self.set_state(state)
-        self.restored_from = path
-        if self.metrics_log is not None:
-            dropped = self.metrics_log.truncate_after(self.iteration)
-            if dropped:
-                log.info("dropped %d metrics lines past iteration %d", dropped, self.iteration)
-        log.info("resumed from %s (iteration %d, %d env steps)", path, self.iteration, self.env_steps_sampled)
+        algo_state.resume(self)
 
-    # ------------------------------------------------------------------ running to a stop
+    # ------------------------------------------------------------------ running to a stop (ftrl.rl.run_loop)
 
-    def run(self, stop: StopCriteria, on_result: Any = None, stop_event: threading.Event | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        stop: StopCriteria,
+        on_result: Callable[[dict[str, Any]], Any] | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> dict[str, Any]:
         """Train until `stop` is met; checkpoint at the end; write output_dir/result.json.
         Returns {"stop_reason", "result", "checkpoint", ...}.
 
@@ -461,37 +446,7 @@ class Algorithm:
         Ctrl-C aborts at once without a final checkpoint ("interrupted"), so a checkpoint
         never holds a half-done iteration.
         """
-        result: dict[str, Any] | None = None
-        reason = stop.met(self._progress())
-        if reason is None and stop_event is not None and stop_event.is_set():
-            reason = "stopped"
-        error: BaseException | None = None
-        aborted = False
-        with _GracefulStop() as stop_requested:
-            try:
-                while reason is None:
-                    result = self.train()
-                    if on_result is not None:
-                        on_result(result)
-                    reason = stop.met(result)
-                    if reason is None and (stop_requested.is_set() or (stop_event is not None and stop_event.is_set())):
-                        reason = "stopped"
-            except KeyboardInterrupt:
-                reason, aborted = "interrupted", True
-            except BaseException as e:
-                reason = "error"
-                error = e
-        summary = self.finish(reason, result, error, final_checkpoint=not aborted)
-        if error is not None:
-            raise error
-        return summary
-
-    def _progress(self) -> dict[str, Any]:
-        return {
-            "iteration": self.iteration,
-            "env_steps_sampled": self.env_steps_sampled,
-            "episode_return_mean": self.episodes.stats()["episode_return_mean"],
-        }
+        return run_loop.run(self, stop, on_result, stop_event)
 
     def finish(
         self,
@@ -501,32 +456,7 @@ class Algorithm:
         final_checkpoint: bool = True,
     ) -> dict[str, Any]:
         """Final checkpoint (unless the run failed or was aborted) and result.json."""
-        path = None
-        if (
-            error is None
-            and final_checkpoint
-            and self.checkpoints is not None
-            and self.config.checkpointing_cfg.checkpoint_at_end
-            and self.iteration > 0
-            and self._last_checkpoint_iter != self.iteration
-        ):
-            path = self.save_checkpoint()
-        elif self.checkpoints is not None and self.checkpoints.list():
-            path = self.checkpoints.list()[-1][1]
-        summary = {
-            "stop_reason": reason,
-            "iteration": self.iteration,
-            "env_steps_sampled": self.env_steps_sampled,
-            "episode_return_mean": self.episodes.stats()["episode_return_mean"],
-            "time_s": self.time_s,
-            "checkpoint": str(path) if path else None,
-            "restored_from": str(self.restored_from) if self.restored_from else None,
-            "result": result,
-            "error": f"{type(error).__name__}: {error}" if error is not None else None,
-        }
-        if self.output_dir is not None:
-            atomic_write_json(self.output_dir / "result.json", json_safe(summary))
-        return summary
+        return run_loop.finish(self, reason, result, error, final_checkpoint)
 
     def stop(self) -> None:
         """Stop runners (killing remote ones) and close sub-envs."""
@@ -536,7 +466,7 @@ class Algorithm:
         for runner in (self.local_runner, self.eval_local_runner):
             if runner is not None:
                 runner.stop()
-        for group in (self.env_runner_group, self.eval_runner_group):
+        for group in (self.env_runner_group, self.eval_runner_group, self.learner_group):
             if group is not None:
                 group.stop(kill=True)
         if self._own_client and self.client is not None:
@@ -558,83 +488,10 @@ def embedded_cluster_for(config: AlgorithmConfig) -> Any:
     run = config.env_runners_cfg
     ev = config.evaluation_cfg
     cpus = run.num_env_runners * run.num_cpus_per_env_runner
+    cpus += config.learners_cfg.num_learners * config.learners_cfg.num_cpus_per_learner
     if ev.evaluation_interval is not None:
         cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
     slots = max(int(cpus + 0.999), os.cpu_count() or 1)
     # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
     return LocalCluster(workers=1, slots=slots, spares=2, preload="ftrl.rl.env_runner",
                         log_level="WARNING")
-
-
-def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any]) -> None:
-    """Raise ConfigError if a run with `config` on spaces `spec` cannot continue from
-    checkpoint `state` (another env, algorithm, model shape or spaces)."""
-    old = state.get("config") or {}
-    new = config.to_dict()
-    for key in _FIXED_ON_RESUME:
-        if str(old.get(key)) != str(new.get(key)):
-            raise ConfigError(
-                f"cannot resume: the checkpoint was made with {key}={old.get(key)!r}, this "
-                f"run has {key}={new.get(key)!r}; use another --output directory"
-            )
-    old_model = config_from_dict(old).model_config if old else None
-    if old_model is not None and old_model != config.model_config:
-        raise ConfigError(
-            f"cannot resume: the checkpoint's model {old_model} differs from this run's "
-            f"{config.model_config}"
-        )
-    old_spec = SpaceSpec.from_dict(state["space_spec"])
-    if old_spec != spec:
-        raise ConfigError(f"cannot resume: the checkpoint's spaces {old_spec} differ from the env's {spec}")
-
-
-# --------------------------------------------------------------------------- signals
-
-
-class _GracefulStop:
-    """While active (main thread only): the first SIGINT/SIGTERM sets the event, the
-    second raises KeyboardInterrupt. Previous handlers come back on exit."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self._previous: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.event.is_set():
-            raise KeyboardInterrupt
-        self.event.set()
-        log.warning("stop requested: finishing this iteration (again to abort at once)")
-
-    def __enter__(self) -> threading.Event:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._handler)
-        return self.event
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-# --------------------------------------------------------------------------- RNG state on the wire
-
-
-def _python_rng_to_wire(state: tuple) -> list:
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _python_rng_from_wire(state: list) -> tuple:
-    version, internal, gauss = state
-    return (int(version), tuple(int(x) for x in internal), gauss)
-
-
-def _np_global_state_to_wire() -> list:
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return [name, np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(cached)]
-
-
-def _np_global_state_from_wire(state: list) -> None:
-    name, keys, pos, has_gauss, cached = state
-    np.random.set_state((str(name), np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(cached)))

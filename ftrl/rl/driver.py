@@ -31,7 +31,7 @@ _FINAL_STAGES = ("FINISHED", "STOPPED", "FAILED")
 _PROGRESS_KEYS = frozenset({
     "iteration", "env_steps_sampled", "episode_return_mean", "num_env_runners",
     "num_healthy_env_runners", "num_env_runner_restarts", "num_sub_env_restarts", "time_s",
-    "evaluation",
+    "evaluation", "num_learners", "mesh_epoch", "weights_version",
 })
 
 
@@ -64,6 +64,7 @@ class AlgorithmDriver:
         self._lock = threading.Condition()
         self._status: dict[str, Any] = {"stage": "STARTING", "incarnation": self.incarnation}
         self._done = threading.Event()
+        self._algo: Any = None
         self._thread = threading.Thread(target=self._main, name="ftrl-driver", daemon=True)
         self._thread.start()
 
@@ -79,6 +80,7 @@ class AlgorithmDriver:
             algo = self.spec.config.build(
                 client=self.client, output_dir=self.output_dir, resume=has_checkpoints, job_name=self.job_name
             )
+            self._algo = algo
             self._set(
                 stage="RUNNING",
                 iteration=algo.iteration,
@@ -124,6 +126,14 @@ class AlgorithmDriver:
                 timeout=deadline,
             )
             return dict(self._status)
+
+    def scale_learners(self, num_learners: int) -> dict[str, Any]:
+        """Grow or shrink the job's learner group at the next step boundary."""
+        algo = self._algo
+        if algo is None:
+            raise RuntimeError("the job is not running yet")
+        algo.scale_learners(int(num_learners))
+        return self.status()
 
     def stop(self) -> dict[str, Any]:
         """Ask for a stop after the current iteration (with a final checkpoint)."""

@@ -503,6 +503,48 @@ class EnvRunner:
                 self.filter.set_state(filter_state)
             return {"weights_version": self.weights_version}
 
+    def weights_address(self) -> str:
+        """host:port of this runner's server on the weights plane (started on first use),
+        from which its children in the broadcast tree pull."""
+        return self._weights_node().address
+
+    def pull_weights(self, version: int, source: str, nbytes: int, filter_state: dict | None = None,
+                     timeout_s: float = 60.0) -> dict[str, Any]:
+        """Pull weights `version` (`nbytes` of float32) from the weights plane server at
+        `source` (the driver or this runner's parent), serving them onward while they
+        arrive, then load them like `set_weights`."""
+        from ftrl.rl.weights_plane import fetch
+
+        flat = fetch(source, self._weights_node().token, int(version), self._weights_node().store,
+                     int(nbytes), float(timeout_s))
+        return self.set_weights(version, flat, filter_state)
+
+    def _weights_node(self) -> Any:
+        node = self.__dict__.get("_weights_plane")
+        if node is None:
+            from ftrl.client.context import get_runtime_context
+            from ftrl.rl.weights_plane import WeightsNode
+
+            ctx = get_runtime_context()
+            node = WeightsNode(ctx.host if ctx else "127.0.0.1", ctx.security.token if ctx else None)
+            self.__dict__["_weights_plane"] = node
+        return node
+
+    def set_weights_tree(
+        self,
+        version: int,
+        weights: np.ndarray,
+        filter_state: dict | None = None,
+        children: list | None = None,
+        hop_timeout_s: float = 30.0,
+    ) -> dict[str, dict[str, Any]]:
+        """`set_weights` here, then forward the same weights down a broadcast tree.
+
+        `children` are subtrees `[name, incarnation, [subtrees...]]` (see
+        `ftrl.rl.runner_group.build_weights_tree`). Returns {runner name: {"weights_version": v}
+        or {"error": "..."}} for this runner and its whole subtree."""
+        return relay_weights(self, version, weights, filter_state, children, hop_timeout_s)
+
     def get_weights(self) -> tuple[int, np.ndarray]:
         with self._lock:
             return self.weights_version, self.policy.get_flat()
@@ -557,6 +599,172 @@ class EnvRunner:
         }
 
     def stop(self) -> None:
-        """Close every sub-env (and its process)."""
+        """Close every sub-env (and its process) and the weights plane server."""
         with self._lock:
             self._close_envs()
+        node = self.__dict__.get("_weights_plane")
+        if node is not None:
+            node.close()
+
+
+# ---------------------------------------------------------------------- weight broadcast tree
+
+
+def subtree_names(subtree: list) -> list[str]:
+    """Every runner name in a subtree `[name, incarnation, [subtrees...]]`, root first."""
+    out: list[str] = []
+    stack = [subtree]
+    while stack:
+        name, _, children = stack.pop()
+        out.append(str(name))
+        stack.extend(reversed(children))
+    return out
+
+
+def subtree_height(subtree: list) -> int:
+    """Hops from the root of `subtree` to its deepest runner, counting the root (>= 1)."""
+    _, _, children = subtree
+    return 1 + max((subtree_height(c) for c in children), default=0)
+
+
+def _peer_client() -> Any:
+    """The client this actor calls other actors with, or None (in-process runners)."""
+    from ftrl.client.context import get_runtime_context
+
+    ctx = get_runtime_context()
+    if ctx is None or not ctx.coordinator:
+        return None
+    return ctx.client()
+
+
+def _own_name(default: str = "self") -> str:
+    from ftrl.client.context import get_runtime_context
+
+    ctx = get_runtime_context()
+    return ctx.name if ctx is not None else default
+
+
+def _error_entry(error: BaseException | str, unreached: bool = False) -> dict[str, Any]:
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    entry: dict[str, Any] = {"error": text[:2000]}
+    if unreached:
+        entry["unreached"] = True
+    return entry
+
+
+class _PeerHandles:
+    """Strict handles to the children of one relay, kept between broadcasts."""
+
+    def __init__(self) -> None:
+        self._handles: dict[str, Any] = {}
+
+    def get(self, client: Any, name: str, incarnation: int) -> Any:
+        """A strict handle to `name` that calls exactly `incarnation` (the one the driver
+        synced); a different current incarnation is refused, never called."""
+        from ftrl.wire.errors import StaleIncarnationError
+
+        handle = self._handles.get(name)
+        if handle is None or (incarnation and handle.incarnation != incarnation):
+            try:
+                handle = client.get_actor(name, strict=True)
+            except TypeError:  # an in-process LocalClient: handles are always strict
+                handle = client.get_actor(name)
+            self._handles[name] = handle
+        if incarnation and handle.incarnation != incarnation:
+            self._handles.pop(name, None)
+            raise StaleIncarnationError(
+                f"{name} is at incarnation {handle.incarnation}, the broadcast was meant for "
+                f"incarnation {incarnation} (it is resynced by its owner)")
+        return handle
+
+    def drop(self, name: str) -> None:
+        self._handles.pop(name, None)
+
+
+def relay_weights(
+    runner: Any,
+    version: int,
+    weights: np.ndarray,
+    filter_state: dict | None,
+    children: list | None,
+    hop_timeout_s: float,
+) -> dict[str, dict[str, Any]]:
+    """Apply weights on `runner` (its `set_weights`), then forward them to `children` in
+    parallel and collect one result per runner of the subtree.
+
+    A child that fails does not fail its siblings; its descendants are reported as
+    `unreached` (the driver sends to them directly). Every wait is bounded by
+    `hop_timeout_s` per level of the subtree below."""
+    own = runner.set_weights(version, weights, filter_state)
+    out: dict[str, dict[str, Any]] = {_own_name(): dict(own)}
+    out.update(forward_weights(runner, version, weights, filter_state, children or [], hop_timeout_s))
+    return out
+
+
+def forward_weights(
+    runner: Any,
+    version: int,
+    weights: np.ndarray,
+    filter_state: dict | None,
+    children: list,
+    hop_timeout_s: float,
+) -> dict[str, dict[str, Any]]:
+    """Send `set_weights_tree` to each child subtree in parallel (see `relay_weights`)."""
+    import concurrent.futures as cf
+
+    out: dict[str, dict[str, Any]] = {}
+    if not children:
+        return out
+
+    def unreached(subtree: list, why: str) -> None:
+        for name in subtree_names(subtree)[1:]:
+            out[name] = _error_entry(f"not reached: {why}", unreached=True)
+
+    try:
+        client = _peer_client()
+    except Exception as e:  # no way to reach the cluster: the driver sends directly
+        client, cause = None, f"{type(e).__name__}: {e}"
+    else:
+        cause = "this runner has no runtime client"
+    if client is None:
+        for sub in children:
+            out[str(sub[0])] = _error_entry(f"not forwarded: {cause}", unreached=True)
+            unreached(sub, f"not forwarded: {cause}")
+        return out
+    peers = runner.__dict__.setdefault("_weight_peers", _PeerHandles())
+    futs: list[tuple[list, float, Any]] = []
+    for sub in children:
+        name, incarnation, grand = str(sub[0]), int(sub[1]), sub[2]
+        budget = hop_timeout_s * subtree_height(sub)
+        try:
+            handle = peers.get(client, name, incarnation).options(timeout=budget)
+            fut = handle.submit("set_weights_tree", version, weights, filter_state, grand, hop_timeout_s)
+        except Exception as e:
+            peers.drop(name)
+            out[name] = _error_entry(e)
+            unreached(sub, f"{name} failed")
+            continue
+        futs.append((sub, budget, fut))
+    deadline = time.monotonic() + max((b for _, b, _ in futs), default=0.0) + 1.0
+    for sub, _, fut in futs:
+        name = str(sub[0])
+        try:
+            result = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except cf.TimeoutError:
+            fut.cancel()
+            peers.drop(name)
+            out[name] = _error_entry(f"FtrlTimeoutError: no answer within {hop_timeout_s:g}s per hop")
+            unreached(sub, f"{name} timed out")
+            continue
+        except Exception as e:
+            peers.drop(name)
+            out[name] = _error_entry(e)
+            unreached(sub, f"{name} failed")
+            continue
+        entries = dict(result) if isinstance(result, dict) else {}
+        own = entries.pop(name, None) or next(
+            (entries.pop(k) for k in list(entries) if k not in subtree_names(sub)), None)
+        out[name] = own if isinstance(own, dict) else {"weights_version": int(version)}
+        for key in subtree_names(sub)[1:]:
+            out[key] = entries.get(key) or _error_entry(f"no report from {name}", unreached=True)
+    return out

@@ -6,6 +6,12 @@ Usable in-process (the Algorithm's own learner) or as an actor
 every argument and result is msgpack + numpy. Weights travel as a versioned flat
 float32 vector: `get_weights() -> (version, flat)`; the version goes up by one per
 `update()`.
+
+Data-parallel (ftrl/rl/learner_actor.py): with `allreduce` set, every SGD step sums
+[grad * n_local, n_local] over the mesh, so each rank applies the same global-mean
+gradient and the same optimizer step: parameters stay bit-identical. The driver
+passes `sgd_steps_per_epoch` so every rank runs the same number of collectives,
+whatever the size of its shard (an empty shard contributes zeros).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,11 +77,15 @@ def compute_gae(fragment: dict[str, np.ndarray], gamma: float, lam: float) -> tu
 class PPOLearner:
     """Owns the model and optimizer; turns sample fragments into gradient steps."""
 
-    def __init__(self, config: dict | AlgorithmConfig, space_spec: dict | SpaceSpec, seed: int | None = None, set_torch_threads: bool = False):
+    def __init__(self, config: dict | AlgorithmConfig, space_spec: dict | SpaceSpec, seed: int | None = None,
+                 set_torch_threads: bool = False, device: torch.device | str = "cpu"):
         from ftrl.rl.env_runner import config_from_dict
 
         if set_torch_threads:
             torch.set_num_threads(1)
+        self.device = torch.device(device)
+        #: sums a tensor over the learner mesh in place (None: a learner of its own)
+        self.allreduce: Callable[[torch.Tensor], Any] | None = None
         self.config = config_from_dict(config)
         self.hp = self.config.training_cfg
         self.spec = space_spec if isinstance(space_spec, SpaceSpec) else SpaceSpec.from_dict(space_spec)
@@ -83,9 +93,10 @@ class PPOLearner:
         if seed is not None:
             torch.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self.model = ActorCritic(self.spec, self.config.model_config)
+        self.model = ActorCritic(self.spec, self.config.model_config).to(self.device)
         self._flat, self._flat_grad = _flatten_parameters([p for p in self.model.parameters() if p.requires_grad])
         self.optimizer = _adam([self._flat], lr=self.hp.lr, eps=self.hp.adam_epsilon)
+        self._init_optimizer_state()
         self.version = 0
         self.num_updates = 0
 
@@ -109,14 +120,27 @@ class PPOLearner:
         out = {}
         for key, arrays in parts.items():
             arr = np.concatenate(arrays, axis=0)
-            out[key] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.int64 if key == "actions" and self.spec.act_kind == "discrete" else np.float32))
+            out[key] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.int64 if key == "actions" and self.spec.act_kind == "discrete" else np.float32)).to(self.device)
         return out
 
-    def update(self, fragments: Sequence[dict[str, Any]], env_steps_sampled: int = 0) -> dict[str, Any]:
+    def _empty_batch(self) -> dict[str, torch.Tensor]:
+        obs = torch.zeros((0, self.spec.obs_dim), device=self.device)
+        if self.spec.act_kind == "discrete":
+            actions = torch.zeros(0, dtype=torch.int64, device=self.device)
+        else:
+            actions = torch.zeros((0, self.spec.act_dim), device=self.device)
+        z = torch.zeros(0, device=self.device)
+        return {"obs": obs, "actions": actions, "logp": z, "values": z, "adv": z, "returns": z}
+
+    def update(self, fragments: Sequence[dict[str, Any]], env_steps_sampled: int = 0,
+               sgd_steps_per_epoch: int | None = None) -> dict[str, Any]:
         """Run `num_epochs` of minibatch SGD on the fragments; return learner metrics.
 
-        `env_steps_sampled` (total so far) drives the lr / clip schedules.
+        `env_steps_sampled` (total so far) drives the lr / clip schedules. In a mesh,
+        `sgd_steps_per_epoch` (the same on every rank) splits the local shard.
         """
+        if self.allreduce is not None:
+            return self._update_data_parallel(fragments, env_steps_sampled, sgd_steps_per_epoch or 1)
         start = time.perf_counter()
         hp = self.hp
         batch = self._train_batch(fragments)
@@ -167,8 +191,52 @@ class PPOLearner:
         )
         return out
 
-    def _sgd_step(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, float]:
+    def _update_data_parallel(self, fragments: Sequence[dict[str, Any]], env_steps_sampled: int,
+                              steps_per_epoch: int) -> dict[str, Any]:
+        """`update` as one rank of a mesh: the same number of all-reduced steps on every rank."""
+        start = time.perf_counter()
         hp = self.hp
+        batch = self._train_batch(fragments) if fragments else self._empty_batch()
+        n = int(batch["obs"].shape[0])
+        lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
+        clip = scheduled(hp.clip_param, hp.clip_param_schedule, env_steps_sampled)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        # one buffer per update: an abandoned collective can only ever write into its own
+        reduce_buf = torch.zeros(self._flat_grad.numel() + 1, device=self.device)
+        stats = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        local_steps = 0
+        self.model.train()
+        for _ in range(hp.num_epochs):
+            perm = self.rng.permutation(n)
+            for idx in np.array_split(perm, steps_per_epoch):
+                mb = {k: v[torch.from_numpy(idx).to(self.device)] for k, v in batch.items()}
+                step_stats = self._sgd_step(mb, clip, reduce_buf)
+                if len(idx):
+                    local_steps += 1
+                    for k, v in step_stats.items():
+                        stats[k] += v
+        self.model.eval()
+        self.version += 1
+        self.num_updates += 1
+        out: dict[str, Any] = {k: v / max(1, local_steps) for k, v in stats.items()}
+        out.update({
+            "lr": lr,
+            "clip_param": clip,
+            "num_samples": n,
+            "num_sgd_steps": steps_per_epoch * hp.num_epochs,
+            "weights_version": self.version,
+            "learn_time_s": time.perf_counter() - start,
+        })
+        return out
+
+    def _sgd_step(self, mb: dict[str, torch.Tensor], clip: float,
+                  reduce_buf: torch.Tensor | None = None) -> dict[str, float]:
+        hp = self.hp
+        n_local = int(mb["obs"].shape[0])
+        if n_local == 0:  # an empty share of this step: contribute nothing, step with the rest
+            return self._apply_gradient(None, 0, clip, reduce_buf) | {
+                "policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0}
         logp, entropy, values = self.model.evaluate(mb["obs"], mb["actions"])
         adv = mb["adv"]
         if hp.normalize_advantages and adv.numel() > 1:
@@ -183,13 +251,7 @@ class PPOLearner:
         vf_loss = vf_loss.mean()
         ent = entropy.mean()
         loss = policy_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
-        self._flat_grad.zero_()
-        loss.backward()
-        grad_norm_t = torch.linalg.vector_norm(self._flat_grad)
-        grad_norm = float(grad_norm_t)
-        if hp.grad_clip is not None and grad_norm > hp.grad_clip:
-            self._flat_grad.mul_(hp.grad_clip / (grad_norm + 1e-6))
-        self.optimizer.step()
+        applied = self._apply_gradient(loss, n_local, clip, reduce_buf)
         with torch.no_grad():
             kl = float(((ratio - 1.0) - log_ratio).mean())
             clip_frac = float(((ratio - 1.0).abs() > clip).float().mean())
@@ -199,10 +261,84 @@ class PPOLearner:
             "entropy": float(ent.detach()),
             "kl": kl,
             "clip_frac": clip_frac,
-            "grad_norm": grad_norm,
+            **applied,
         }
 
+    def _apply_gradient(self, loss: torch.Tensor | None, n_local: int, clip: float,
+                        reduce_buf: torch.Tensor | None) -> dict[str, float]:
+        """Backward, (mesh: sum [grad * n, n] over ranks and take the global mean), clip,
+        step. Every rank computes the same norm from the same gradient."""
+        hp = self.hp
+        self._flat_grad.zero_()
+        if loss is not None:
+            loss.backward()
+        if self.allreduce is not None and reduce_buf is not None:
+            body = reduce_buf[:-1]
+            torch.mul(self._flat_grad, float(n_local), out=body)
+            reduce_buf[-1] = float(n_local)
+            self.allreduce(reduce_buf)
+            total = float(reduce_buf[-1])
+            if total <= 0:
+                return {"grad_norm": 0.0}  # nobody had samples in this step
+            torch.div(body, total, out=self._flat_grad)
+        grad_norm = float(torch.linalg.vector_norm(self._flat_grad))
+        if hp.grad_clip is not None and grad_norm > hp.grad_clip:
+            self._flat_grad.mul_(hp.grad_clip / (grad_norm + 1e-6))
+        self.optimizer.step()
+        return {"grad_norm": grad_norm}
+
     # ------------------------------------------------------------------ weights and state
+
+    # ------------------------------------------------------------------ mesh state
+
+    def _init_optimizer_state(self) -> None:
+        """Create Adam's state now (zeros, step 0: the same as a fresh optimizer), so
+        every rank has the same tensors to broadcast before its first step."""
+        state = self.optimizer.state[self._flat]
+        if not state:
+            step_device = self.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
+            state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
+            state["exp_avg"] = torch.zeros_like(self._flat, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(self._flat, memory_format=torch.preserve_format)
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """The trained state as tensors, for a broadcast over the mesh: parameters,
+        Adam's moments, and [step, version, num_updates] as one float64 vector."""
+        state = self.optimizer.state[self._flat]
+        return [self._flat.data, state["exp_avg"], state["exp_avg_sq"]]
+
+    def counters_tensor(self) -> torch.Tensor:
+        step = float(self.optimizer.state[self._flat]["step"])
+        return torch.tensor([step, float(self.version), float(self.num_updates)], dtype=torch.float64,
+                            device=self.device)
+
+    def set_counters(self, counters: torch.Tensor) -> None:
+        step, version, num_updates = (float(x) for x in counters.cpu())
+        self.optimizer.state[self._flat]["step"].fill_(step)
+        self.version = int(version)
+        self.num_updates = int(num_updates)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of the trained state, to undo an update the mesh did not complete."""
+        return {"tensors": [t.detach().clone() for t in self.state_tensors()],
+                "counters": self.counters_tensor(),
+                "rng": self.rng.bit_generator.state}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for own, saved in zip(self.state_tensors(), snap["tensors"], strict=True):
+                own.copy_(saved)
+        self.set_counters(snap["counters"])
+        self.rng.bit_generator.state = snap["rng"]
+
+    def digest(self) -> str:
+        """sha256 of parameters, optimizer moments and counters (bit-identity checks)."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for t in (*self.state_tensors(), self.counters_tensor()):
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
 
     def get_weights(self) -> tuple[int, np.ndarray]:
         """(version, flat float32 parameters)."""
@@ -215,7 +351,7 @@ class PPOLearner:
     def get_state(self) -> dict[str, Any]:
         """Model, optimizer, version and RNG states as msgpack + numpy (for checkpoints)."""
         return {
-            "model": {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()},
+            "model": {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()},
             "optimizer": _optimizer_state_to_wire(self.optimizer.state_dict()),
             "version": self.version,
             "num_updates": self.num_updates,

@@ -121,7 +121,7 @@ class ActorCritic(nn.Module):
         """All parameters as one float32 vector (a copy), in `flat_layout` order."""
         params = dict(self.named_parameters())
         with torch.no_grad():
-            return torch.cat([params[name].detach().reshape(-1) for name, _ in self.layout]).numpy().astype(np.float32, copy=True)
+            return torch.cat([params[name].detach().reshape(-1) for name, _ in self.layout]).cpu().numpy().astype(np.float32, copy=True)
 
     def set_flat(self, flat: np.ndarray) -> None:
         """Load parameters from a vector laid out by `flat_layout` (copied in place:

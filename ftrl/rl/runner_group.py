@@ -1,7 +1,9 @@
 """EnvRunnerGroup: the fault-tolerance policy over remote env runner handles.
 
-The group never talks to the runtime except through handles (`call`, `submit`,
-`options(timeout=)`, `wait_alive`) and the client's `create_actor` / `kill_actor`.
+An `ActorGroup` (`rl.actor_group`: names, creation, strict handles, parallel calls,
+teardown) with RLlib's policy on top. The group never talks to the runtime except
+through handles (`call`, `submit`, `options(timeout=)`, `wait_alive`) and the client's
+`create_actor` / `kill_actor`.
 
 Policy (RLlib's option names and meaning):
 - `restart_failed_env_runners=True` (default): runners are created with
@@ -20,9 +22,19 @@ Policy (RLlib's option names and meaning):
 
 Sampling is in rounds: every healthy, synced, idle runner gets one `sample()`; the
 round ends when enough env steps arrived or `sample_timeout_s` passed. Requests not
-back by then stay in flight and are counted as late; a fragment that comes back after
-the weights moved on is dropped and counted (never used silently, never lost
-silently). Every fragment carries the weights version it was sampled with.
+back by then stay in flight and are counted as late; a fragment sampled with weights
+more than `max_weights_lag` versions behind the current ones (0: any older version)
+is dropped and counted (never used silently, never lost silently). Every fragment
+carries the weights version it was sampled with.
+
+Weights travel down a broadcast tree: the driver sends them to at most
+`weights_fanout` runners, each of which applies them and forwards the same payload
+to its children (`EnvRunner.set_weights_tree`), k-ary, over the runners that need the
+version. Children are called by strict handles on the incarnation the driver synced,
+so a restarted runner is never fed by a relay. Every runner of the tree reports back;
+the ones that did not confirm (a relay died, a child timed out) are sent to directly
+by the driver, whose failures go through the usual policy. With no more runners than
+the fanout, or runners that cannot relay (in-process ones), the driver sends directly.
 """
 
 from __future__ import annotations
@@ -30,7 +42,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,18 +49,43 @@ from typing import Any
 import numpy as np
 
 from ftrl.config import AlgorithmConfig
+from ftrl.rl.actor_group import ActorGroup, ActorSlot, describe_error
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
     ActorUnavailableError,
     FtrlError,
     FtrlTimeoutError,
+    MethodNotFoundError,
     StaleIncarnationError,
 )
 
 log = logging.getLogger(__name__)
 
 ENV_RUNNER_CLASS = "ftrl.rl.env_runner:EnvRunner"
+#: Weights at least this large travel on the weights plane (plain TCP, cut-through tree).
+PLANE_MIN_BYTES = 1 << 20
+
+
+def build_weights_tree(targets: list[tuple[str, int]], fanout: int) -> list[list]:
+    """The k-ary broadcast tree over `targets` ((name, incarnation), in order): the
+    driver's children first, then level by level (heap order: target j's children are
+    targets fanout*(j+1) .. fanout*(j+1)+fanout-1). Returns the driver's children as
+    subtrees `[name, incarnation, [subtrees...]]` (msgpack-able)."""
+    k = max(1, int(fanout))
+    nodes = [[str(name), int(inc), []] for name, inc in targets]
+    for j, node in enumerate(nodes):
+        first = k * (j + 1)
+        node[2] = nodes[first:first + k]
+    return nodes[:k]
+
+
+def weights_fresh(version: int, current: int, max_lag: int) -> bool:
+    """Whether a fragment sampled with weights `version` may be used when the learner is at
+    `current`: the same version, or (with `max_lag` > 0) at most `max_lag` versions older."""
+    if max_lag <= 0:
+        return version == current
+    return current - max_lag <= version <= current
 
 
 class EnvRunnerFailureError(FtrlError):
@@ -57,23 +93,18 @@ class EnvRunnerFailureError(FtrlError):
 
 
 @dataclass
-class RunnerSlot:
-    """What the group knows about one remote runner."""
+class RunnerSlot(ActorSlot):
+    """What the group knows about one remote runner (`index` is its worker index, 1-based)."""
 
-    index: int
-    name: str
-    handle: Any = None
     state: str = "new"  # new | healthy | recovering | removed
-    incarnation: int = 0
     synced_version: int = -1
     inflight: cf.Future | None = None
     inflight_version: int = -1
     inflight_late: bool = False
     inflight_kind: str = ""
     recovery: cf.Future | None = None
-    consecutive_failures: int = 0
-    restarts: int = 0
-    last_error: str = ""
+    plane_address: str = ""  # its weights plane server, for the incarnation below
+    plane_incarnation: int = -1
 
 
 @dataclass
@@ -84,8 +115,10 @@ class SampleRound:
     env_steps: int = 0
 
 
-class EnvRunnerGroup:
+class EnvRunnerGroup(ActorGroup):
     """Remote env runners (training or evaluation) and their failure handling."""
+
+    slots: list[RunnerSlot]
 
     def __init__(
         self,
@@ -95,28 +128,36 @@ class EnvRunnerGroup:
         job_name: str,
         space_spec: dict,
         evaluation: bool = False,
+        actor_class: str = ENV_RUNNER_CLASS,
     ):
-        self.client = client
         self.config = config
         self.evaluation = evaluation
         run = config.env_runners_cfg
         ft = config.fault_tolerance_cfg
         self.num_runners = config.evaluation_cfg.evaluation_num_env_runners if evaluation else run.num_env_runners
         self.kind = "eval_runner" if evaluation else "env_runner"
+        super().__init__(
+            client,
+            group=f"{job_name}/{self.kind}",
+            actor_class=actor_class,
+            actor_kwargs={"config": config.to_dict(), "evaluation": evaluation, "space_spec": space_spec},
+            max_restarts=ft.max_num_env_runner_restarts if ft.restart_failed_env_runners else 0,
+            resources={"cpu": float(run.num_cpus_per_env_runner)},
+            pool_size=max(2, self.num_runners),
+            pool_name=f"{self.kind}-recovery",
+        )
         self.restart = ft.restart_failed_env_runners
         self.ignore = ft.ignore_env_runner_failures
         self.tolerance = ft.num_consecutive_env_runner_failures_tolerance
         self.probe_timeout = run.env_runner_health_probe_timeout_s
         self.restore_timeout = ft.env_runner_restore_timeout_s
         self.sample_timeout = config.evaluation_cfg.evaluation_sample_timeout_s if evaluation else run.sample_timeout_s
-        self.max_restarts = ft.max_num_env_runner_restarts if self.restart else 0
-        self._kwargs_base = {"config": config.to_dict(), "evaluation": evaluation, "space_spec": space_spec}
-        self._lock = threading.Lock()
+        self.max_weights_lag = 0 if evaluation else int(run.max_weights_lag)
+        self.weights_fanout = max(1, int(run.weights_fanout))
+        self._relay = True  # runners forward weights; off once one says it cannot
+        self._plane = _plane_node(client)  # None: weights go over gRPC only
         self._latest: tuple[int, np.ndarray | None, dict | None] = (-1, None, None)
-        self._pool = cf.ThreadPoolExecutor(max_workers=max(2, self.num_runners), thread_name_prefix=f"{self.kind}-recovery")
-        self.slots = [
-            RunnerSlot(index=i + 1, name=f"{job_name}/{self.kind}/{i}") for i in range(self.num_runners)
-        ]
+        self.slots = [RunnerSlot(index=i + 1, name=self.actor_name(i)) for i in range(self.num_runners)]
         # counters (cumulative)
         self.num_env_runner_restarts = 0
         self.num_env_runner_failures = 0
@@ -126,67 +167,52 @@ class EnvRunnerGroup:
         self.env_steps_dropped = 0
         self.num_samples_lost = 0
         self._no_healthy_waits = 0
+        self.last_sync: dict[str, Any] = {}  # how the last sync_weights went (tests, benchmarks)
 
     # ------------------------------------------------------------------ creation
 
-    def _create(self, slot: RunnerSlot) -> None:
-        handle = self.client.create_actor(
-            ENV_RUNNER_CLASS,
-            name=slot.name,
-            kwargs={**self._kwargs_base, "worker_index": slot.index},
-            max_restarts=self.max_restarts,
-            resources={"cpu": float(self.config.env_runners_cfg.num_cpus_per_env_runner)},
-            get_if_exists=True,
-        )
-        # A strict handle never follows a restart by itself: a restarted runner answers
-        # StaleIncarnationError until it was resynced, so it never samples stale weights.
-        slot.handle = handle.options(strict=True)
-        slot.incarnation = getattr(slot.handle, "incarnation", 0)
+    # Runners are created by `ActorGroup.create`, with strict handles: a restarted runner
+    # answers StaleIncarnationError until it was resynced, so it never samples stale weights.
+
+    def actor_kwargs(self, slot: ActorSlot) -> dict[str, Any]:
+        return {**super().actor_kwargs(slot), "worker_index": slot.index}
 
     def start(self) -> None:
         """Create every runner; with `validate_env_runners_after_construction`, probe them
         all and raise if any is not healthy. Without it, failed ones start recovering."""
         validate = self.config.env_runners_cfg.validate_env_runners_after_construction
         errors: list[str] = []
-        creating = {slot.index: self._pool.submit(self._create, slot) for slot in self.slots}
+        creating = self.create_all(self.slots)
         for slot in self.slots:  # created in parallel: each may take a process start
             try:
-                creating[slot.index].result()
+                creating[slot.name].result()
             except FtrlError as e:
-                errors.append(f"{slot.name}: {_describe(e)}")
-                slot.last_error = _describe(e)
+                errors.append(f"{slot.name}: {describe_error(e)}")
+                slot.last_error = describe_error(e)
                 slot.state = "recovering" if not validate else "new"
-        pings = {
-            slot.index: slot.handle.options(timeout=self.probe_timeout).submit("ping")
-            for slot in self.slots
-            if slot.handle is not None
-        }
+        created = {s.name: s.handle for s in self.slots if s.handle is not None}
+        pinged, ping_errors = self.call_all(created, "ping", timeout=self.probe_timeout)
         retry: list[RunnerSlot] = []
         for slot in self.slots:
-            fut = pings.get(slot.index)
-            if fut is None:
-                continue
-            try:
-                fut.result()
+            if slot.name in pinged:
                 slot.state = "healthy"
-            except (ActorUnavailableError, StaleIncarnationError, FtrlTimeoutError) as e:
+                continue
+            e = ping_errors.get(slot.name)
+            if e is None:
+                continue
+            slot.last_error = describe_error(e)
+            slot.state = "recovering"
+            if isinstance(e, (ActorUnavailableError, StaleIncarnationError, FtrlTimeoutError)) and self.restart:
                 # died right after starting: with restarts on, give it one chance to come back
-                slot.last_error = _describe(e)
-                slot.state = "recovering"
-                if self.restart:
-                    retry.append(slot)
-                else:
-                    errors.append(f"{slot.name}: {_describe(e)}")
-            except FtrlError as e:
-                errors.append(f"{slot.name}: {_describe(e)}")
-                slot.last_error = _describe(e)
-                slot.state = "recovering"
+                retry.append(slot)
+            else:
+                errors.append(f"{slot.name}: {describe_error(e)}")
         for slot in retry:
             try:
                 incarnation, version, _ = self._recover(slot, soft=False)
             except FtrlError as e:
-                errors.append(f"{slot.name}: {_describe(e)}")
-                slot.last_error = _describe(e)
+                errors.append(f"{slot.name}: {describe_error(e)}")
+                slot.last_error = describe_error(e)
                 continue
             if incarnation != slot.incarnation:
                 self.num_env_runner_restarts += 1
@@ -250,10 +276,8 @@ class EnvRunnerGroup:
 
     def _on_failure(self, slot: RunnerSlot, error: BaseException, what: str) -> None:
         """Apply the policy to a failed call on `slot`."""
-        text = _describe(error)
-        slot.last_error = f"{what}: {text}"
+        text = self.note_failure(slot, error, what)
         self.num_env_runner_failures += 1
-        slot.consecutive_failures += 1
         log.warning("%s %s failed (%s)", slot.name, what, text)
         if not (self.restart or self.ignore):
             raise EnvRunnerFailureError(
@@ -280,7 +304,7 @@ class EnvRunnerGroup:
             )
         log.warning("dropping %s for good (ignore_env_runner_failures): %s", slot.name, reason)
         try:
-            self.client.kill_actor(slot.name)
+            self.kill(slot.name)
         except FtrlError:
             pass
         if not any(s.state != "removed" for s in self.slots):
@@ -296,7 +320,7 @@ class EnvRunnerGroup:
         """Background: bring `slot` back, synced. Returns (incarnation, weights version,
         whether its envs were rebuilt in place)."""
         if slot.handle is None:
-            self._create(slot)
+            self.create(slot)
         handle = slot.handle
         if soft:
             handle.options(timeout=self.probe_timeout).call("reset_envs")
@@ -374,21 +398,134 @@ class EnvRunnerGroup:
 
     def sync_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> None:
         """Push weights (and filter state) to every healthy, idle runner not yet at
-        `version`. Runners busy with a late sample get them before their next one."""
+        `version`. Runners busy with a late sample get them before their next one.
+        More runners than `weights_fanout`: down a broadcast tree (module docstring)."""
         self._latest = (version, weights, filter_state)
         targets = [s for s in self.healthy() if s.inflight is None and s.synced_version != version]
-        futs = {}
+        self.last_sync = {"version": version, "targets": len(targets), "tree": False,
+                          "via_tree": 0, "direct_retries": 0, "plane": False}
+        if targets and self._plane is not None and weights.nbytes >= PLANE_MIN_BYTES:
+            targets = self._sync_plane(targets, version, weights, filter_state)
+            self.last_sync["direct_retries"] = len(targets)
+        elif len(targets) > self.weights_fanout and self._relay:
+            targets = self._sync_tree(targets, version, weights, filter_state)
+            self.last_sync["direct_retries"] = len(targets)
+        self._sync_direct(targets, version, weights, filter_state)
+
+    def _sync_plane(self, targets: list[RunnerSlot], version: int, weights: np.ndarray,
+                    filter_state: dict | None) -> list[RunnerSlot]:
+        """Large weights: published on this process's weights plane server; every runner
+        pulls from its parent in the broadcast tree (the first `weights_fanout` from
+        here), all at once, cut-through. Returns the runners to send to directly."""
+        assert self._plane is not None
+        self._plane.store.publish(version, weights)
+        asks = {s.name: s.handle.options(timeout=self.probe_timeout).submit("weights_address")
+                for s in targets if s.plane_incarnation != s.incarnation}
+        usable: list[RunnerSlot] = []
         for slot in targets:
-            try:
-                futs[slot.index] = (slot, slot.handle.options(timeout=self.probe_timeout).submit("set_weights", version, weights, filter_state))
-            except FtrlError as e:
-                self._on_failure(slot, e, "set_weights")
-        for slot, fut in futs.values():
+            fut = asks.get(slot.name)
+            if fut is not None:
+                try:
+                    slot.plane_address, slot.plane_incarnation = fut.result(), slot.incarnation
+                except FtrlError as e:
+                    log.info("%s has no weights plane address (%s): sent directly", slot.name, describe_error(e))
+                    continue
+            usable.append(slot)
+        by_name = {s.name: s for s in usable}
+        source: dict[str, tuple[str, int]] = {}  # name -> (address to pull from, depth)
+        stack = [(sub, self._plane.address, 1) for sub in build_weights_tree(
+            [(s.name, s.incarnation) for s in usable], self.weights_fanout)]
+        while stack:
+            (name, _, children), parent, depth = stack.pop()
+            source[name] = (parent, depth)
+            stack.extend((sub, by_name[name].plane_address, depth + 1) for sub in children)
+        futs = {}
+        for slot in usable:
+            address, depth = source[slot.name]
+            budget = self.probe_timeout * depth
+            futs[slot.name] = slot.handle.options(timeout=budget + 5.0).submit(
+                "pull_weights", version, address, int(weights.nbytes), filter_state, budget)
+        confirmed = set()
+        for name, fut in futs.items():
             try:
                 fut.result()
-                slot.synced_version = version
+                by_name[name].synced_version = version
+                confirmed.add(name)
             except FtrlError as e:
-                self._on_failure(slot, e, "set_weights")
+                log.info("%s did not get weights v%d over the plane (%s): sent directly", name, version, describe_error(e))
+        self.last_sync.update({"plane": True, "tree": len(usable) > self.weights_fanout,
+                               "via_tree": len(confirmed)})
+        return [s for s in targets if s.name not in confirmed and s.state == "healthy"]
+
+    def _sync_direct(self, targets: list[RunnerSlot], version: int, weights: np.ndarray, filter_state: dict | None) -> None:
+        _, errors = self.call_all({s.name: s.handle for s in targets}, "set_weights", version, weights,
+                                  filter_state, timeout=self.probe_timeout)
+        for slot in targets:
+            if slot.name in errors:
+                self._on_failure(slot, errors[slot.name], "set_weights")
+            else:
+                slot.synced_version = version
+
+    def _sync_tree(self, targets: list[RunnerSlot], version: int, weights: np.ndarray, filter_state: dict | None) -> list[RunnerSlot]:
+        """Send down the broadcast tree; returns the runners still to be sent to directly
+        (the driver's own children that failed went through `_on_failure` already)."""
+        by_name = {s.name: s for s in targets}
+        roots = build_weights_tree([(s.name, s.incarnation) for s in targets], self.weights_fanout)
+        self.last_sync["tree"] = True
+        hop = self.probe_timeout
+        futs: list[tuple[RunnerSlot, list, Any]] = []
+        confirmed: set[str] = set()
+        failed_roots: list[tuple[RunnerSlot, BaseException]] = []
+        for name, _, children in roots:
+            slot = by_name[name]
+            budget = hop * (1 + _height(children))
+            try:
+                fut = slot.handle.options(timeout=budget).submit(
+                    "set_weights_tree", version, weights, filter_state, children, hop)
+            except FtrlError as e:
+                failed_roots.append((slot, e))
+                continue
+            futs.append((slot, children, fut))
+        cannot_relay = False
+        deadline = time.monotonic() + hop * (1 + max((_height(c) for _, c, _ in futs), default=0)) + 1.0
+        for slot, _, fut in futs:
+            try:
+                result = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            except cf.TimeoutError:
+                fut.cancel()
+                failed_roots.append((slot, FtrlTimeoutError(f"{slot.name}.set_weights_tree: no answer")))
+                continue
+            except MethodNotFoundError:
+                cannot_relay = True  # an actor class without the relay: send directly
+                continue
+            except ActorError as e:
+                if e.remote_type.endswith("MethodNotFoundError") or "set_weights_tree" in e.remote_message:
+                    cannot_relay = True  # an actor class without the relay: send directly
+                    continue
+                failed_roots.append((slot, e))
+                continue
+            except FtrlError as e:
+                failed_roots.append((slot, e))
+                continue
+            confirmed.add(slot.name)
+            slot.synced_version = version
+            for name, entry in (result or {}).items():
+                other = by_name.get(name)
+                if other is None or other is slot or not isinstance(entry, dict):
+                    continue
+                if entry.get("weights_version") == version and "error" not in entry:
+                    confirmed.add(name)
+                    other.synced_version = version
+                elif "not forwarded" in str(entry.get("error", "")):
+                    cannot_relay = True
+        if cannot_relay:
+            self._relay = False
+            log.info("%ss cannot relay weights; sending to each directly from now on", self.kind)
+        self.last_sync["via_tree"] = len(confirmed)
+        for slot, error in failed_roots:
+            confirmed.add(slot.name)  # nothing to retry: its failure is handled now
+            self._on_failure(slot, error, "set_weights")
+        return [s for s in targets if s.name not in confirmed and s.state == "healthy"]
 
     # ------------------------------------------------------------------ sampling
 
@@ -407,7 +544,7 @@ class EnvRunnerGroup:
         slot.consecutive_failures = 0
         self.num_sub_env_restarts += int(result.get("sub_env_restarts", 0))
         steps = int(result.get("env_steps", 0))
-        if result.get("weights_version") != current_version:
+        if not weights_fresh(int(result.get("weights_version", -1)), current_version, self.max_weights_lag):
             self.num_samples_dropped += 1
             self.env_steps_dropped += steps
             result["dropped"] = True
@@ -439,7 +576,7 @@ class EnvRunnerGroup:
                 self.sync_weights(*self._latest)
                 break
         for slot in self.healthy():
-            if slot.inflight is None and slot.synced_version == current:
+            if slot.inflight is None and weights_fresh(slot.synced_version, current, self.max_weights_lag):
                 try:
                     slot.inflight = slot.handle.submit(method, **kwargs)
                 except FtrlError as e:
@@ -523,53 +660,47 @@ class EnvRunnerGroup:
 
     def probe(self) -> dict[str, Any]:
         """Ping every healthy runner (probe timeout); failures start recovery."""
-        futs = {}
-        for slot in self.healthy():
-            if slot.inflight is None:
-                futs[slot.index] = (slot, slot.handle.options(timeout=self.probe_timeout).submit("ping"))
-        out = {}
-        for slot, fut in futs.values():
-            try:
-                out[slot.name] = fut.result()
-            except FtrlError as e:
-                self._on_failure(slot, e, "ping")
+        idle = [s for s in self.healthy() if s.inflight is None]
+        out, errors = self.call_all({s.name: s.handle for s in idle}, "ping", timeout=self.probe_timeout)
+        for slot in idle:
+            if slot.name in errors:
+                self._on_failure(slot, errors[slot.name], "ping")
         return out
 
     def foreach_runner(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> dict[str, Any]:
         """Call `method` on every healthy idle runner; {name: result or the error}."""
         timeout = self.probe_timeout if timeout is None else timeout
-        futs = {
-            s.name: s.handle.options(timeout=timeout).submit(method, *args, **kwargs)
-            for s in self.healthy()
-            if s.inflight is None
-        }
-        out: dict[str, Any] = {}
-        for name, fut in futs.items():
-            try:
-                out[name] = fut.result()
-            except FtrlError as e:
-                out[name] = e
-        return out
+        handles = {s.name: s.handle for s in self.healthy() if s.inflight is None}
+        results, errors = self.call_all(handles, method, *args, timeout=timeout, **kwargs)
+        return {name: results[name] if name in results else errors[name] for name in handles}
 
     def stop(self, kill: bool = True) -> None:
-        """Stop background work; with `kill`, also kill the runner actors."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        if not kill:
-            return
-        for slot in self.slots:
-            if slot.handle is None:
-                continue
-            try:
-                self.client.kill_actor(slot.name)
-            except FtrlError:
-                pass
-            except Exception as e:  # a client being torn down
-                log.debug("kill_actor(%s) failed: %s", slot.name, e)
+        """Stop background work and the weights plane; with `kill`, also kill the runner actors."""
+        if self._plane is not None:
+            self._plane.close()
+        super().stop(kill)
 
 
-def _describe(error: BaseException) -> str:
-    if isinstance(error, ActorError):
-        return f"ActorError: {error.remote_type}: {error.remote_message}"
-    if isinstance(error, (StaleIncarnationError, ActorUnavailableError, ActorDiedError, FtrlTimeoutError)):
-        return f"{type(error).__name__}: {error}"
-    return f"{type(error).__name__}: {error}"
+def _plane_node(client: Any) -> Any:
+    """This process's node on the weights plane, when its runners can reach it: inside an
+    actor (its node's address), or on a loopback cluster. TLS clusters keep weights on
+    gRPC (the plane speaks plain TCP)."""
+    from ftrl.client.context import get_runtime_context
+    from ftrl.rl.weights_plane import WeightsNode
+    from ftrl.wire.security import is_loopback
+
+    security = getattr(getattr(client, "_aio", None), "security", None)
+    address = getattr(client, "address", "")
+    if security is None or security.tls:
+        return None
+    ctx = get_runtime_context()
+    if ctx is not None:
+        return WeightsNode(ctx.host, security.token)
+    host = address.rpartition(":")[0].strip("[]")
+    return WeightsNode("127.0.0.1", security.token) if host and is_loopback(host) else None
+
+
+def _height(children: list) -> int:
+    """Levels of runners below the driver in a forest of subtrees (0 if empty)."""
+    return max((1 + _height(c[2]) for c in children), default=0) if children else 0
+

@@ -125,7 +125,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def needs_cluster(config: AlgorithmConfig) -> bool:
     ev = config.evaluation_cfg
-    return config.env_runners_cfg.num_env_runners > 0 or (
+    return config.env_runners_cfg.num_env_runners > 0 or config.learners_cfg.num_learners > 0 or (
         ev.evaluation_interval is not None and ev.evaluation_num_env_runners > 0
     )
 
@@ -206,6 +206,8 @@ class Progress:
             f"return {ret_text:>7} | runners {healthy} | restarts {result.get('num_env_runner_restarts', 0)}"
             f" (sub-env {result.get('num_sub_env_restarts', 0)}) | {result.get('time_s', 0.0):.1f}s"
         )
+        if result.get("mesh_epoch"):
+            text += f" | learners {result.get('num_learners', 0)} (epoch {result['mesh_epoch']})"
         ev = result.get("evaluation")
         if isinstance(ev, dict) and ev.get("episode_return_mean") is not None:
             text += f" | eval {ev['episode_return_mean']:.1f}"

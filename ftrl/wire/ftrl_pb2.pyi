@@ -448,6 +448,106 @@ class ClusterInfo(_message.Message):
     event_seq: int
     def __init__(self, coordinator_id: _Optional[str] = ..., version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., max_node_failures: _Optional[int] = ..., event_seq: _Optional[int] = ...) -> None: ...
 
+class MeshMember(_message.Message):
+    __slots__ = ("name", "incarnation", "store_address", "host", "rank")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STORE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    incarnation: int
+    store_address: str
+    host: str
+    rank: int
+    def __init__(self, name: _Optional[str] = ..., incarnation: _Optional[int] = ..., store_address: _Optional[str] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class MeshView(_message.Message):
+    __slots__ = ("group", "epoch", "members", "waiting", "store_prefix", "config_hash", "reason", "seq", "formed_at")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    STORE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_HASH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    FORMED_AT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    epoch: int
+    members: _containers.RepeatedCompositeFieldContainer[MeshMember]
+    waiting: _containers.RepeatedCompositeFieldContainer[MeshMember]
+    store_prefix: str
+    config_hash: str
+    reason: str
+    seq: int
+    formed_at: float
+    def __init__(self, group: _Optional[str] = ..., epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MeshMember, _Mapping]]] = ..., waiting: _Optional[_Iterable[_Union[MeshMember, _Mapping]]] = ..., store_prefix: _Optional[str] = ..., config_hash: _Optional[str] = ..., reason: _Optional[str] = ..., seq: _Optional[int] = ..., formed_at: _Optional[float] = ...) -> None: ...
+
+class JoinMeshRequest(_message.Message):
+    __slots__ = ("group", "member", "incarnation", "store_address", "host", "config_hash", "last_epoch")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STORE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_HASH_FIELD_NUMBER: _ClassVar[int]
+    LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    incarnation: int
+    store_address: str
+    host: str
+    config_hash: str
+    last_epoch: int
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., incarnation: _Optional[int] = ..., store_address: _Optional[str] = ..., host: _Optional[str] = ..., config_hash: _Optional[str] = ..., last_epoch: _Optional[int] = ...) -> None: ...
+
+class GetMeshRequest(_message.Message):
+    __slots__ = ("group", "wait_s", "after_seq")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    wait_s: float
+    after_seq: int
+    def __init__(self, group: _Optional[str] = ..., wait_s: _Optional[float] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class FormMeshRequest(_message.Message):
+    __slots__ = ("group", "expected_epoch", "min_size", "remove", "reason", "reform")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REFORM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    expected_epoch: int
+    min_size: int
+    remove: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    reform: bool
+    def __init__(self, group: _Optional[str] = ..., expected_epoch: _Optional[int] = ..., min_size: _Optional[int] = ..., remove: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., reform: _Optional[bool] = ...) -> None: ...
+
+class LeaveMeshRequest(_message.Message):
+    __slots__ = ("group", "member", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    reason: str
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ListMeshesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListMeshesReply(_message.Message):
+    __slots__ = ("meshes",)
+    MESHES_FIELD_NUMBER: _ClassVar[int]
+    meshes: _containers.RepeatedCompositeFieldContainer[MeshView]
+    def __init__(self, meshes: _Optional[_Iterable[_Union[MeshView, _Mapping]]] = ...) -> None: ...
+
 class CallHeader(_message.Message):
     __slots__ = ("method", "incarnation", "total_bytes", "caller")
     METHOD_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,31 @@ class CoordinatorStub:
                 request_serializer=ftrl_dot_wire_dot_ftrl__pb2.ClusterInfoRequest.SerializeToString,
                 response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ClusterInfo.FromString,
                 _registered_method=True)
+        self.JoinMesh = channel.unary_unary(
+                '/ftrl.v1.Coordinator/JoinMesh',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.JoinMeshRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+                _registered_method=True)
+        self.GetMesh = channel.unary_unary(
+                '/ftrl.v1.Coordinator/GetMesh',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.GetMeshRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+                _registered_method=True)
+        self.FormMesh = channel.unary_unary(
+                '/ftrl.v1.Coordinator/FormMesh',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.FormMeshRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+                _registered_method=True)
+        self.LeaveMesh = channel.unary_unary(
+                '/ftrl.v1.Coordinator/LeaveMesh',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.LeaveMeshRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+                _registered_method=True)
+        self.ListMeshes = channel.unary_unary(
+                '/ftrl.v1.Coordinator/ListMeshes',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesReply.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -140,6 +165,37 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinMesh(self, request, context):
+        """Learner mesh rendezvous.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMesh(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FormMesh(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveMesh(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMeshes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +243,31 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ClusterInfoRequest.FromString,
                     response_serializer=ftrl_dot_wire_dot_ftrl__pb2.ClusterInfo.SerializeToString,
+            ),
+            'JoinMesh': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinMesh,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JoinMeshRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.SerializeToString,
+            ),
+            'GetMesh': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMesh,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.GetMeshRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.SerializeToString,
+            ),
+            'FormMesh': grpc.unary_unary_rpc_method_handler(
+                    servicer.FormMesh,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.FormMeshRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.SerializeToString,
+            ),
+            'LeaveMesh': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveMesh,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.LeaveMeshRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.MeshView.SerializeToString,
+            ),
+            'ListMeshes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMeshes,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -432,6 +513,141 @@ class Coordinator:
             '/ftrl.v1.Coordinator/GetClusterInfo',
             ftrl_dot_wire_dot_ftrl__pb2.ClusterInfoRequest.SerializeToString,
             ftrl_dot_wire_dot_ftrl__pb2.ClusterInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinMesh(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/JoinMesh',
+            ftrl_dot_wire_dot_ftrl__pb2.JoinMeshRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMesh(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/GetMesh',
+            ftrl_dot_wire_dot_ftrl__pb2.GetMeshRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FormMesh(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/FormMesh',
+            ftrl_dot_wire_dot_ftrl__pb2.FormMeshRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveMesh(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/LeaveMesh',
+            ftrl_dot_wire_dot_ftrl__pb2.LeaveMeshRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.MeshView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMeshes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/ListMeshes',
+            ftrl_dot_wire_dot_ftrl__pb2.ListMeshesRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.ListMeshesReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -108,7 +108,7 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
     set_runtime_context(RuntimeContext(
         name=spec.name, incarnation=incarnation, node_id=msg.get("node_id", ""),
         coordinator=msg.get("coordinator", ""), restarts=int(msg.get("restarts", 0)),
-        security=security,
+        host=msg.get("bind_host") or "127.0.0.1", security=security,
     ))
     started = time.monotonic()
     try:

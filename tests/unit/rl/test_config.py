@@ -85,7 +85,12 @@ def test_ignore_and_restart_are_mutually_exclusive():
         (lambda c: c.env_runners(sample_timeout_s=-1.0), "sample_timeout_s"),
         (lambda c: c.training(lr_schedule=[[10, 0.1], [5, 0.0]]), "must not decrease"),
         (lambda c: c.training(model={"fcnet_hiddens": []}), "fcnet_hiddens"),
-        (lambda c: c.learners(num_learners=1), "num_learners"),
+        (lambda c: c.learners(num_learners=-1), "num_learners"),
+        (lambda c: c.learners(num_learners=2, min_learners=3), "min_learners=3 is more than"),
+        (lambda c: c.learners(num_learners=2, n_init_learners=3), "n_init_learners"),
+        (lambda c: c.learners(num_learners=2, learner_collective_timeout_s=0), "learner_collective_timeout_s"),
+        (lambda c: c.learners(num_learners=2, num_gpus_per_learner=-1), "num_gpus_per_learner"),
+        (lambda c: c.env_runners(max_weights_lag=-1), "max_weights_lag"),
         (lambda c: c.evaluation(evaluation_duration_unit="minutes"), "evaluation_duration_unit"),
     ],
 )

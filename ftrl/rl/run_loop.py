@@ -1,0 +1,164 @@
+"""Running an Algorithm to a stop: train until a stop criterion is met, then a final
+checkpoint and output_dir/result.json.
+
+    summary = run(algo, StopCriteria(stop_iters=100))   # same as algo.run(...)
+    summary["stop_reason"]  # "stop_reward" | "stop_timesteps" | "stop_iters" | "stopped" |
+                            # "interrupted" | "learner_wait_timeout" | "error"
+
+`run` repeats `algo.train()` (one iteration: training_iteration(), evaluation,
+metrics.jsonl, periodic checkpoint) and checks `StopCriteria.met` after each. Stops:
+
+- a criterion met (also before the first iteration, e.g. after a resume): its name;
+  final checkpoint.
+- Ctrl-C or SIGTERM (main thread only), or `stop_event` set: "stopped" after the
+  iteration in progress; final checkpoint. A second Ctrl-C aborts at once:
+  "interrupted", no final checkpoint, so a checkpoint never holds a half-done iteration.
+- LearnerWaitTimeout (too few learners for too long): "learner_wait_timeout"; final
+  checkpoint; the message goes into the summary's "error".
+- any other exception: "error"; no final checkpoint; re-raised after result.json.
+
+`Algorithm.run` and `Algorithm.finish` delegate here; the functions call back through
+`algo.train`, `algo.finish` and `algo.save_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ftrl.rl.learner_group import LearnerWaitTimeout
+from ftrl.rl.metrics import json_safe
+from ftrl.util.files import atomic_write_json
+from ftrl.wire.errors import FtrlError
+
+if TYPE_CHECKING:
+    from ftrl.config import StopCriteria
+    from ftrl.rl.algorithm import Algorithm
+
+log = logging.getLogger(__name__)
+
+
+def run(
+    algo: Algorithm,
+    stop: StopCriteria,
+    on_result: Callable[[dict[str, Any]], Any] | None = None,
+    stop_event: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Train `algo` until `stop` is met; checkpoint at the end; write output_dir/result.json.
+    Returns {"stop_reason", "result", "checkpoint", ...} (see `finish`). `on_result` is
+    called with every iteration's result dict."""
+    result: dict[str, Any] | None = None
+    reason = stop.met(progress(algo))
+    if reason is None and stop_event is not None and stop_event.is_set():
+        reason = "stopped"
+    error: BaseException | None = None
+    aborted = False
+    note = ""
+    with _GracefulStop() as stop_requested:
+        try:
+            while reason is None:
+                result = algo.train()
+                if on_result is not None:
+                    on_result(result)
+                reason = stop.met(result)
+                if reason is None and (stop_requested.is_set() or (stop_event is not None and stop_event.is_set())):
+                    reason = "stopped"
+        except KeyboardInterrupt:
+            reason, aborted = "interrupted", True
+        except LearnerWaitTimeout as e:
+            # too few learners for too long: end cleanly, with a checkpoint
+            log.error("%s", e)
+            reason, note = "learner_wait_timeout", str(e)
+        except BaseException as e:
+            reason = "error"
+            error = e
+    summary = algo.finish(reason, result, error, final_checkpoint=not aborted)
+    if note:
+        summary["error"] = note
+        if algo.output_dir is not None:
+            atomic_write_json(algo.output_dir / "result.json", json_safe(summary))
+    if error is not None:
+        raise error
+    return summary
+
+
+def progress(algo: Algorithm) -> dict[str, Any]:
+    """What the stop criteria see before the first iteration (e.g. after a resume)."""
+    return {
+        "iteration": algo.iteration,
+        "env_steps_sampled": algo.env_steps_sampled,
+        "episode_return_mean": algo.episodes.stats()["episode_return_mean"],
+    }
+
+
+def finish(
+    algo: Algorithm,
+    reason: str,
+    result: dict[str, Any] | None,
+    error: BaseException | None = None,
+    final_checkpoint: bool = True,
+) -> dict[str, Any]:
+    """Final checkpoint (unless the run failed or was aborted, or this iteration has one)
+    and output_dir/result.json; returns the summary written there."""
+    path = None
+    if (
+        error is None
+        and final_checkpoint
+        and algo.checkpoints is not None
+        and algo.config.checkpointing_cfg.checkpoint_at_end
+        and algo.iteration > 0
+        and algo._last_checkpoint_iter != algo.iteration
+    ):
+        try:
+            path = algo.save_checkpoint()
+        except FtrlError as e:  # e.g. no learner left to ask for its state
+            log.error("final checkpoint failed: %s", e)
+            path = algo.checkpoints.list()[-1][1] if algo.checkpoints.list() else None
+    elif algo.checkpoints is not None and algo.checkpoints.list():
+        path = algo.checkpoints.list()[-1][1]
+    summary = {
+        "stop_reason": reason,
+        "iteration": algo.iteration,
+        "env_steps_sampled": algo.env_steps_sampled,
+        "episode_return_mean": algo.episodes.stats()["episode_return_mean"],
+        "time_s": algo.time_s,
+        "checkpoint": str(path) if path else None,
+        "restored_from": str(algo.restored_from) if algo.restored_from else None,
+        "result": result,
+        "error": f"{type(error).__name__}: {error}" if error is not None else None,
+    }
+    if algo.output_dir is not None:
+        atomic_write_json(algo.output_dir / "result.json", json_safe(summary))
+    return summary
+
+
+# --------------------------------------------------------------------------- signals
+
+
+class _GracefulStop:
+    """While active (main thread only): the first SIGINT/SIGTERM sets the event, the
+    second raises KeyboardInterrupt. Previous handlers come back on exit."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+        log.warning("stop requested: finishing this iteration (again to abort at once)")
+
+    def __enter__(self) -> threading.Event:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._handler)
+        return self.event
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,73 @@
+"""`ftrl train --num-learners M` end to end: PPO on two learner actors learns CartPole, and
+a killed driver re-attaches to its live learners through a fresh mesh epoch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.integration.conftest import wait_until
+from tests.integration.test_train_driver import _actors, _iterations, _train
+
+
+def _rows(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.endswith("}")]
+
+
+def _kill(proc) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _stderr_of(proc, timeout: float) -> str:
+    """Wait for `ftrl train` to end (killing its process group if it overruns)."""
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    finally:
+        _kill(proc)
+    return stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_ppo_with_two_learners_reaches_475_on_cartpole(tmp_path):
+    out = tmp_path / "run"
+    proc = _train(out, "l2", "--num-env-runners", "0", "--set", "rollout_fragment_length=32",
+                  "--num-learners", "2", "--stop-reward", "475")
+    stderr = _stderr_of(proc, 360)
+    assert proc.returncode == 0, stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["stop_reason"] == "stop_reward" and result["episode_return_mean"] >= 475
+    rows = _rows(out)
+    assert all(r["num_learners"] == 2 and r["mesh_epoch"] >= 1 for r in rows)
+    assert [r["weights_version"] for r in rows] == list(range(1, len(rows) + 1))
+
+
+@pytest.mark.timeout(300)
+def test_killed_driver_reattaches_to_its_learners_in_a_new_epoch(tmp_path):
+    out, job = tmp_path / "run", "kl"
+    proc = _train(out, job, "--num-learners", "2", "--stop-iters", "40")
+    try:
+        wait_until(lambda: len(list((out / "checkpoints").glob("checkpoint_*.ftrl"))) >= 2, timeout=180,
+                   what="two checkpoints")
+        before = _actors(job)
+        assert {f"{job}/learner/0", f"{job}/learner/1", f"{job}/algorithm"} <= set(before)
+        os.kill(before[f"{job}/algorithm"], signal.SIGKILL)
+    except BaseException:
+        _kill(proc)
+        raise
+    stderr = _stderr_of(proc, 240)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "driver restarted" in stderr
+    assert _iterations(out) == list(range(1, 41))
+    rows = _rows(out)
+    epochs = [r["mesh_epoch"] for r in rows]
+    assert epochs == sorted(epochs) and epochs[-1] > epochs[0]  # the new driver opened a new epoch
+    assert rows[-1]["num_learners"] == 2
+    result = json.loads((out / "result.json").read_text())
+    assert result["stop_reason"] == "stop_iters"
+    wait_until(lambda: not _actors(job), timeout=30, what="the job's processes to end")
