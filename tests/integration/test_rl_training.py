@@ -90,19 +90,39 @@ def test_restarted_runner_gets_weights_before_sampling(make_cluster):
     client = cluster.client()
     config = _tuned(num_env_runners=2)
     algo = config.build(client=client, job_name="resync")
+    group = algo.env_runner_group
+    seen: list[tuple[str, int, int, bool]] = []  # (runner, fragment's weights version, version when collected, dropped)
+    collect = group._collect
+
+    def recording_collect(slot, out, current_version):
+        before = len(out)
+        used = collect(slot, out, current_version)
+        seen.extend((slot.name, int(r.get("weights_version", -1)), current_version, bool(r["dropped"])) for r in out[before:])
+        return used
+
+    group._collect = recording_collect
     try:
         for _ in range(3):
             algo.train()
         pids = _runner_pids(client, "resync")
+        version_at_kill = algo.learner_version
         os.kill(pids["resync/env_runner/0"], signal.SIGKILL)
         wait_until(lambda: _runner_pids(client, "resync").get("resync/env_runner/0") not in (None, pids["resync/env_runner/0"]), timeout=30, what="runner restart")
-        results = [algo.train() for _ in range(4)]
-        wait_until(lambda: (algo.train(), algo.env_runner_group.num_healthy == 2)[1], timeout=30, what="runner recovered")
+        del seen[:]  # the killed process's in-flight fragment fails; every later one is the new process's
+        for _ in range(4):
+            algo.train()
+        wait_until(lambda: (algo.train(), group.num_healthy == 2)[1], timeout=30, what="runner recovered")
         last = algo.train()
         assert last["num_env_runner_restarts"] >= 1
-        # nothing sampled with the fresh process's random weights was ever used
-        assert all(r["num_samples_dropped"] == 0 for r in results)
-        slot = algo.env_runner_group.slots[0]
+        # the fresh process sampled only after it got the learner's weights: none of its
+        # fragments carries its own random initial weights (an older version than at the kill)
+        fresh = [(v, cur) for name, v, cur, _ in seen if name == "resync/env_runner/0"]
+        assert fresh, "the restarted runner returned no fragment"
+        assert all(v >= version_at_kill for v, _ in fresh), fresh
+        # and every fragment that was used was sampled with the weights current at the time
+        # (a late one from the other runner may be dropped: that is counted, never used)
+        assert all(v == cur for _, v, cur, dropped in seen if not dropped), seen
+        slot = group.slots[0]
         assert slot.handle.call("ping")["weights_version"] == algo.learner_version
     finally:
         algo.stop()
