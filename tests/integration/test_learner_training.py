@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -48,7 +49,11 @@ def test_ppo_with_two_learners_reaches_475_on_cartpole(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_killed_driver_reattaches_to_its_learners_in_a_new_epoch(tmp_path):
+@pytest.mark.parametrize("during_reformation", [False, True], ids=["steady", "during-reformation"])
+def test_killed_driver_reattaches_to_its_learners_in_a_new_epoch(tmp_path, during_reformation):
+    """The driver is SIGKILLed (in the second case right after a learner, while the mesh
+    re-forms around the survivor): its restarted copy re-attaches to the live learners,
+    the restarted learner rejoins, and the run ends with every iteration exactly once."""
     out, job = tmp_path / "run", "kl"
     proc = _train(out, job, "--num-learners", "2", "--stop-iters", "40")
     try:
@@ -56,6 +61,9 @@ def test_killed_driver_reattaches_to_its_learners_in_a_new_epoch(tmp_path):
                    what="two checkpoints")
         before = _actors(job)
         assert {f"{job}/learner/0", f"{job}/learner/1", f"{job}/algorithm"} <= set(before)
+        if during_reformation:
+            os.kill(before[f"{job}/learner/1"], signal.SIGKILL)
+            time.sleep(0.2)
         os.kill(before[f"{job}/algorithm"], signal.SIGKILL)
     except BaseException:
         _kill(proc)
@@ -68,6 +76,8 @@ def test_killed_driver_reattaches_to_its_learners_in_a_new_epoch(tmp_path):
     epochs = [r["mesh_epoch"] for r in rows]
     assert epochs == sorted(epochs) and epochs[-1] > epochs[0]  # the new driver opened a new epoch
     assert rows[-1]["num_learners"] == 2
+    if during_reformation:  # the death's epoch (survivor alone) was spent, never re-entered
+        assert epochs[-1] >= epochs[0] + 2, epochs
     result = json.loads((out / "result.json").read_text())
     assert result["stop_reason"] == "stop_iters"
     wait_until(lambda: not _actors(job), timeout=30, what="the job's processes to end")
