@@ -480,6 +480,15 @@ class NodeAgent:
             self._start_failed(la, "TimeoutError",
                                f"did not start within {self.opts.actor_start_timeout_s:g}s")
             return "timeout"
+        if (msg.get("name"), msg.get("incarnation")) != (la.name, la.incarnation):
+            # the host runs another assignment than ours: never report it as this actor
+            log.error("actor %s incarnation %d: host %d answered as %s@%s; killing it", la.name,
+                      la.incarnation, host.pid, msg.get("name"), msg.get("incarnation"))
+            host.signal(signal.SIGKILL)
+            code = await host.wait()
+            host.close()
+            self._on_exit(la, code, prefix="its host process answered for another actor")
+            return "died"
         if msg.get("kind") == "start_failed":
             await host.stop(grace_s=1.0)
             self._start_failed(la, msg.get("error_type", "Exception"), msg.get("message", ""),

@@ -119,7 +119,7 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
         err = remote_error(e)
         log.error("actor %s failed to start:\n%s", spec.name, err.traceback)
         write_frame(ctl_out, {"kind": "start_failed", "error_type": err.type, "message": err.message,
-                              "traceback": err.traceback})
+                              "traceback": err.traceback, "name": spec.name, "incarnation": incarnation})
         return 3
     fence = None
     if msg.get("coordinator"):
@@ -136,7 +136,8 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
     server = new_actor_server(servicer, security, MAX_ACTOR_MESSAGE)
     port = bind(server, f"{msg['bind_host']}:0", security)
     await server.start()
-    write_frame(ctl_out, {"kind": "started", "port": port, "pid": os.getpid()})
+    write_frame(ctl_out, {"kind": "started", "port": port, "pid": os.getpid(), "name": spec.name,
+                          "incarnation": incarnation})
     log.info("actor %s incarnation %d serving on port %d (started in %.3fs)",
              spec.name, incarnation, port, time.monotonic() - started)
     stop = asyncio.Event()

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,12 @@ class ActorProcess:
         self.proc = proc
         self.pid = proc.pid
         self._ctl_w = ctl_w
+        # `send` runs in a thread; `close` runs on the loop. The control fd is closed only
+        # when no send uses it: a send that ran after its fd number was closed and reused
+        # by a new spare's pipe would hand that spare another actor's assignment.
+        self._ctl_lock = threading.Lock()
+        self._ctl_sending = 0
+        self._ctl_closing = False
         self._reader = reader
         self._transport = transport
         self.ready = asyncio.get_running_loop().create_future()
@@ -45,12 +52,24 @@ class ActorProcess:
         return await read_frame_async(self._reader)
 
     def send(self, msg: dict[str, Any]) -> None:
-        """Write one control message (blocking: call it off the event loop when large)."""
+        """Write one control message (blocking: call it off the event loop when large).
+        Raises BrokenPipeError once the host is closed, or when the child is gone."""
         data = memoryview(encode_frame(msg))
-        os.set_blocking(self._ctl_w, True)
-        while data:
-            n = os.write(self._ctl_w, data)
-            data = data[n:]
+        with self._ctl_lock:
+            if self._ctl_closing:
+                raise BrokenPipeError(f"actor host {self.pid} is closed")
+            self._ctl_sending += 1
+        try:
+            os.set_blocking(self._ctl_w, True)
+            while data:
+                n = os.write(self._ctl_w, data)
+                data = data[n:]
+        finally:
+            with self._ctl_lock:
+                self._ctl_sending -= 1
+                last = self._ctl_closing and self._ctl_sending == 0
+            if last:
+                self._close_ctl()
 
     async def wait(self) -> int:
         return await self.proc.wait()
@@ -74,11 +93,21 @@ class ActorProcess:
         return code
 
     def close(self) -> None:
+        """Release the pipes. A send still writing (a stopped child) keeps the control fd
+        until it ends; the child's death ends it with EPIPE."""
         if self.ready_task is not None and not self.ready_task.done():
             self.ready_task.cancel()
+        with self._ctl_lock:
+            first = not self._ctl_closing
+            self._ctl_closing = True
+            idle = self._ctl_sending == 0
+        if first and idle:
+            self._close_ctl()
+        self._transport.close()
+
+    def _close_ctl(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self._ctl_w)
-        self._transport.close()
 
 
 async def spawn_host(preload: str, log_path: Path, env: dict[str, str]) -> ActorProcess:
