@@ -59,6 +59,9 @@ MAX_CONSECUTIVE_FAILURES = 20
 #: instead of retrying forever.
 MAX_UPDATE_ATTEMPTS = 25
 GRACE_S = 5.0
+#: Start failures of one learner in a row (a constructor that raised, a host that died
+#: while starting) before the run ends; between them, a growing pause.
+MAX_START_FAILURES = 5
 LEARNER_START_TIMEOUT_S = 300.0
 
 
@@ -143,6 +146,8 @@ class LearnerGroup(ActorGroup):
         self._restore_weights = False
         self.latest_weights: tuple[int, np.ndarray] | None = None
         self._creating: dict[str, cf.Future] = {}  # learners being created, by name
+        self._start_failures: dict[str, int] = {}  # failed starts in a row, by name
+        self._recreate_at: dict[str, float] = {}  # learners to create again, and when
         self._lock = threading.Lock()
         # counters (cumulative)
         self.num_reformations = 0
@@ -164,6 +169,17 @@ class LearnerGroup(ActorGroup):
         self._creating.update(self.create_all(self.slots))
 
     def _check_creations(self) -> None:
+        """Collect finished creations; a learner whose start failed (not refused) is
+        created again after a pause, up to MAX_START_FAILURES times in a row."""
+        now = time.monotonic()
+        for name, when in list(self._recreate_at.items()):
+            slot = next((s for s in self.slots if s.name == name), None)
+            if slot is None:  # scaled away meanwhile
+                del self._recreate_at[name]
+            elif when <= now and name not in self._creating:
+                del self._recreate_at[name]
+                log.info("learner group %s: creating %s again", self.group, name)
+                self._creating.update(self.create_all([slot]))
         for name, fut in list(self._creating.items()):
             if not fut.done():
                 continue
@@ -171,9 +187,20 @@ class LearnerGroup(ActorGroup):
             try:
                 fut.result()
             except FtrlError as e:
-                log.error("learner %s failed to start: %s", name, e)
                 if "refused" in str(e) or "config hash" in str(e):
+                    log.error("learner %s failed to start: %s", name, e)
                     raise LearnerGroupError(f"learner {name} was refused by the mesh: {e}") from e
+                failures = self._start_failures.get(name, 0) + 1
+                self._start_failures[name] = failures
+                if failures >= MAX_START_FAILURES:
+                    raise LearnerGroupError(f"learner {name} failed to start {failures} times in a row; "
+                                            f"last: {e}") from e
+                pause = min(10.0, 0.5 * 2 ** failures)
+                log.warning("learner %s failed to start (%d of %d): %s; creating it again in %.1fs",
+                            name, failures, MAX_START_FAILURES, e, pause)
+                self._recreate_at[name] = now + pause
+            else:
+                self._start_failures.pop(name, None)
 
     def _handle(self, member: dict[str, Any]) -> Any:
         """A strict handle on the incarnation the epoch names (StaleIncarnationError when

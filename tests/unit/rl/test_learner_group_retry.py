@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 from types import SimpleNamespace
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from ftrl.rl import learner_group as lg
-from ftrl.wire.errors import ActorError
+from ftrl.wire.errors import ActorError, ActorStartError
 
 
 def _fragment(t: int = 8, e: int = 2) -> dict[str, np.ndarray]:
@@ -75,3 +76,66 @@ def test_a_learner_that_keeps_raising_ends_the_run():
     with pytest.raises(lg.LearnerGroupError, match="learner job/learner/0 failed 20 times"):
         group.update([_fragment()])
     assert len(epochs) == lg.MAX_CONSECUTIVE_FAILURES
+
+
+def _failing_creations(outcomes: list[BaseException | None]) -> tuple[lg.LearnerGroup, list[str]]:
+    """A group with one slot whose creations end with the next outcome (None: started)."""
+    group = object.__new__(lg.LearnerGroup)
+    group.group = "job/learner"
+    group.slots = [lg.ActorSlot(index=0, name="job/learner/0")]
+    group._creating, group._start_failures, group._recreate_at = {}, {}, {}
+    created: list[str] = []
+
+    def create_all(slots):
+        futs = {}
+        for slot in slots:
+            fut = cf.Future()
+            outcome = outcomes[min(len(created), len(outcomes) - 1)]
+            created.append(slot.name)
+            if outcome is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(outcome)
+            futs[slot.name] = fut
+        return futs
+
+    group.create_all = create_all
+    group._creating.update(create_all(group.slots))
+    return group, created
+
+
+def _due(group: lg.LearnerGroup) -> None:
+    group._recreate_at = {name: 0.0 for name in group._recreate_at}  # the pause is over
+
+
+def test_a_learner_that_failed_to_start_is_created_again_and_the_streak_resets():
+    failed = ActorStartError("actor job/learner/0 failed to start: OSError: port in use")
+    group, created = _failing_creations([failed, failed, None])
+    group._check_creations()
+    assert created == ["job/learner/0"] and "job/learner/0" in group._recreate_at
+    group._check_creations()
+    assert len(created) == 1  # not before its pause ended
+    _due(group)
+    group._check_creations()  # created again: fails again
+    group._check_creations()
+    assert len(created) == 2 and group._start_failures["job/learner/0"] == 2
+    _due(group)
+    group._check_creations()
+    group._check_creations()
+    assert len(created) == 3 and not group._start_failures and not group._recreate_at
+
+
+def test_a_learner_that_never_starts_ends_the_run_with_its_error():
+    group, created = _failing_creations([ActorStartError("actor job/learner/0 failed to start: boom")])
+    with pytest.raises(lg.LearnerGroupError, match=r"failed to start 5 times in a row; last: .*boom"):
+        for _ in range(3 * lg.MAX_START_FAILURES):
+            group._check_creations()
+            _due(group)
+    assert len(created) == lg.MAX_START_FAILURES
+
+
+def test_a_refused_learner_is_not_created_again():
+    group, created = _failing_creations([ActorStartError("mesh job/learner refused job/learner/0: config hash differs")])
+    with pytest.raises(lg.LearnerGroupError, match="refused by the mesh"):
+        group._check_creations()
+    assert len(created) == 1
