@@ -66,7 +66,7 @@ def test_sigkilled_env_runners_do_not_stop_learning(make_cluster, tmp_path):
     client = cluster.client()
     config = _tuned(num_env_runners=2).env_runners(sample_timeout_s=10.0, env_runner_health_probe_timeout_s=10.0)
     algo = config.build(client=client, output_dir=tmp_path, job_name="chaos")
-    killer = Killer(client, "chaos", every_s=3.0)
+    killer = Killer(client, "chaos", every_s=1.5)
     killer.start()
     try:
         summary = algo.run(StopCriteria(stop_reward=475.0, stop_timesteps=250_000))
