@@ -35,8 +35,10 @@ if str(REPO) not in sys.path:
 import numpy as np  # noqa: E402
 
 from ftrl.rl.env_runner import EnvRunner  # noqa: E402
+from ftrl.wire.limits import CHUNK_BYTES  # noqa: E402
 
 BENCH_RUNNER = "benchmarks.weights:BenchRunner"
+TIMEOUT_S = 120.0  # any socket wait of the raw ceiling: a dead receiver fails the run
 
 
 class BenchRunner(EnvRunner):
@@ -66,8 +68,10 @@ def _receiver(port_q: Any, nbytes: int, repeats: int) -> None:
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
+    srv.settimeout(TIMEOUT_S)
     port_q.put(srv.getsockname()[1])
     conn, _ = srv.accept()
+    conn.settimeout(TIMEOUT_S)
     buf = bytearray(nbytes)
     view = memoryview(buf)
     for _ in range(repeats):
@@ -89,7 +93,7 @@ def raw_loopback(nbytes: int, receivers: int, repeats: int) -> list[float]:
     for p in procs:
         p.start()
     ports = [q.get(timeout=30) for _ in procs]
-    socks = [socket.create_connection(("127.0.0.1", port)) for port in ports]
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) for port in ports]
     payload = memoryview(np.ones(nbytes // 4, np.float32).view(np.uint8))
     times = []
     try:
@@ -184,16 +188,18 @@ def main() -> None:
                     nbytes = int(size_mb * 1e6) // 4 * 4
                     weights = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
                     repeats = args.repeats
-                    for fanout, plane in ((n + 1000, False), (n + 1000, True), (args.fanout, True)):
-                        version += 1  # warm-up: receive buffers exist, as in training's steady state
-                        broadcast(group, weights, version, fanout, plane)
                     # alternate the paths so machine noise hits all alike: gRPC from the
                     # driver to each runner, the weights plane with every runner pulling
-                    # from the driver, and the plane's cut-through tree
-                    paths = {"grpc_direct": (n + 1000, False), "plane_direct": (n + 1000, True),
-                             "plane_tree": (args.fanout, True)}
-                    if n > 2 and n <= args.fanout:
+                    # from the driver, and the plane's cut-through tree (only where it is
+                    # one: at n <= fanout every runner pulls from the driver anyway)
+                    paths = {"grpc_direct": (n + 1000, False), "plane_direct": (n + 1000, True)}
+                    if n > args.fanout:
+                        paths["plane_tree"] = (args.fanout, True)
+                    elif n > 2:
                         paths["plane_tree_fanout_2"] = (2, True)  # a real tree at this count
+                    for fanout, plane in paths.values():
+                        version += 1  # warm-up: receive buffers exist, as in training's steady state
+                        broadcast(group, weights, version, fanout, plane)
                     times: dict[str, list[float]] = {p: [] for p in paths}
                     shapes: dict[str, dict] = {}
                     for _ in range(repeats):
@@ -233,7 +239,7 @@ def main() -> None:
     result = {
         "benchmark": "weights",
         "env": "CartPole-v1",
-        "chunk_bytes": 1 << 20,
+        "chunk_bytes": CHUNK_BYTES,
         "weights_fanout": args.fanout,
         "results": rows,
         "best_vs_raw_at_200mb": {

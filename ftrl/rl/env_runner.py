@@ -101,6 +101,8 @@ class EnvRunner:
         # distinct seeds per runner, and evaluation runners apart from training ones
         self._seed = None if seed is None else seed + 10_007 * self.worker_index + (500_009 if evaluation else 0)
         self._lock = threading.RLock()
+        self._weights_plane: Any = None  # WeightsNode, started on first use
+        self._plane_lock = threading.Lock()
 
         self._envs: list[Any] = []
         self._seeded = [False] * self.num_envs
@@ -508,27 +510,27 @@ class EnvRunner:
         from which its children in the broadcast tree pull."""
         return self._weights_node().address
 
-    def pull_weights(self, version: int, source: str, nbytes: int, filter_state: dict | None = None,
+    def pull_weights(self, version: int, key: int, source: str, nbytes: int, filter_state: dict | None = None,
                      timeout_s: float = 60.0) -> dict[str, Any]:
-        """Pull weights `version` (`nbytes` of float32) from the weights plane server at
-        `source` (the driver or this runner's parent), serving them onward while they
-        arrive, then load them like `set_weights`."""
+        """Pull weights `version` (`nbytes` of float32, published as blob `key`) from the
+        weights plane server at `source` (the driver or this runner's parent), serving
+        them onward while they arrive, then load them like `set_weights`."""
         from ftrl.rl.weights_plane import fetch
 
-        flat = fetch(source, self._weights_node().token, int(version), self._weights_node().store,
-                     int(nbytes), float(timeout_s))
+        node = self._weights_node()
+        flat = fetch(source, node.token, int(key), node.store, int(nbytes), float(timeout_s))
         return self.set_weights(version, flat, filter_state)
 
     def _weights_node(self) -> Any:
-        node = self.__dict__.get("_weights_plane")
-        if node is None:
-            from ftrl.client.context import get_runtime_context
-            from ftrl.rl.weights_plane import WeightsNode
+        with self._plane_lock:
+            if self._weights_plane is None:
+                from ftrl.client.context import get_runtime_context
+                from ftrl.rl.weights_plane import WeightsNode
 
-            ctx = get_runtime_context()
-            node = WeightsNode(ctx.host if ctx else "127.0.0.1", ctx.security.token if ctx else None)
-            self.__dict__["_weights_plane"] = node
-        return node
+                ctx = get_runtime_context()
+                self._weights_plane = WeightsNode(ctx.host if ctx else "127.0.0.1",
+                                                  ctx.security.token if ctx else None)
+            return self._weights_plane
 
     def set_weights_tree(
         self,
@@ -602,9 +604,8 @@ class EnvRunner:
         """Close every sub-env (and its process) and the weights plane server."""
         with self._lock:
             self._close_envs()
-        node = self.__dict__.get("_weights_plane")
-        if node is not None:
-            node.close()
+        if self._weights_plane is not None:
+            self._weights_plane.close()
 
 
 # ---------------------------------------------------------------------- weight broadcast tree

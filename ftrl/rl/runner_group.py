@@ -50,6 +50,7 @@ import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot, describe_error
+from ftrl.rl.env_runner import subtree_height
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -418,7 +419,8 @@ class EnvRunnerGroup(ActorGroup):
         pulls from its parent in the broadcast tree (the first `weights_fanout` from
         here), all at once, cut-through. Returns the runners to send to directly."""
         assert self._plane is not None
-        self._plane.store.publish(version, weights)
+        key = self._plane.new_key()  # never reused: versions repeat after a restore
+        self._plane.store.publish(key, weights)
         asks = {s.name: s.handle.options(timeout=self.probe_timeout).submit("weights_address")
                 for s in targets if s.plane_incarnation != s.incarnation}
         usable: list[RunnerSlot] = []
@@ -444,7 +446,7 @@ class EnvRunnerGroup(ActorGroup):
             address, depth = source[slot.name]
             budget = self.probe_timeout * depth
             futs[slot.name] = slot.handle.options(timeout=budget + 5.0).submit(
-                "pull_weights", version, address, int(weights.nbytes), filter_state, budget)
+                "pull_weights", version, key, address, int(weights.nbytes), filter_state, budget)
         confirmed = set()
         for name, fut in futs.items():
             try:
@@ -476,9 +478,12 @@ class EnvRunnerGroup(ActorGroup):
         futs: list[tuple[RunnerSlot, list, Any]] = []
         confirmed: set[str] = set()
         failed_roots: list[tuple[RunnerSlot, BaseException]] = []
-        for name, _, children in roots:
+        tallest = 0
+        for root in roots:
+            name, _, children = root
             slot = by_name[name]
-            budget = hop * (1 + _height(children))
+            tallest = max(tallest, subtree_height(root))
+            budget = hop * subtree_height(root)
             try:
                 fut = slot.handle.options(timeout=budget).submit(
                     "set_weights_tree", version, weights, filter_state, children, hop)
@@ -487,7 +492,7 @@ class EnvRunnerGroup(ActorGroup):
                 continue
             futs.append((slot, children, fut))
         cannot_relay = False
-        deadline = time.monotonic() + hop * (1 + max((_height(c) for _, c, _ in futs), default=0)) + 1.0
+        deadline = time.monotonic() + hop * tallest + 1.0
         for slot, _, fut in futs:
             try:
                 result = fut.result(timeout=max(0.0, deadline - time.monotonic()))
@@ -698,9 +703,3 @@ def _plane_node(client: Any) -> Any:
         return WeightsNode(ctx.host, security.token)
     host = address.rpartition(":")[0].strip("[]")
     return WeightsNode("127.0.0.1", security.token) if host and is_loopback(host) else None
-
-
-def _height(children: list) -> int:
-    """Levels of runners below the driver in a forest of subtrees (0 if empty)."""
-    return max((1 + _height(c[2]) for c in children), default=0) if children else 0
-

@@ -6,14 +6,18 @@ thing the driver sends, take a plainer road:
 
 - Every process that holds weights (the driver, and each env runner once asked) runs
   a `WeightServer`: a thread per connection, bound to the node's address.
-- A request is `MAGIC | token length | token | version`; the token is the cluster token,
-  compared in constant time. The reply is `version | nbytes` then the raw float32 bytes:
+- A request is `MAGIC | token length | token | key`; the token is the cluster token,
+  compared in constant time. The reply is `key | nbytes` then the raw float32 bytes:
   nothing is pickled or decoded, the receiver checks the size it expects.
+- Blobs are named by a *key* the publisher makes unique and increasing (`new_key`), not
+  by the weights version: versions repeat after a restore, and a relay must never hand
+  its children an old blob under a reused number.
 - A server streams a version *while it is still receiving it* (cut-through): a runner
   pulling from its parent in the broadcast tree gets bytes as soon as the parent has
   them, so a tree of depth d costs about one transfer, not d.
-- Every wait has a deadline; a broken or stalled transfer raises `WeightsPlaneError`
-  and the caller falls back (the driver sends the runner the weights itself).
+- Every wait has a deadline: the puller's for the whole transfer, the server's for the
+  handshake and for each stretch without progress; a broken or stalled transfer raises
+  `WeightsPlaneError` and the caller falls back (the driver sends the weights itself).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,6 +44,8 @@ SLICE = 4 << 20
 MAX_TOKEN = 4096
 KEEP_VERSIONS = 2
 MAX_BYTES = 8 << 30
+HANDSHAKE_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 64  # concurrent transfers served; more are closed at once
 
 
 class WeightsPlaneError(FtrlError):
@@ -55,7 +61,6 @@ class _Entry:
     owned: bool = True  # our buffer (reused once evicted), not a caller's array
     readers: int = 0  # server threads sending from it
     evicted: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
 
     @property
     def total(self) -> int:
@@ -71,10 +76,16 @@ class WeightStore:
         self._cond = threading.Condition()
         self._entries: dict[int, _Entry] = {}
         self._free: list[np.ndarray] = []
+        self._closed = False
+
+    def close(self) -> None:
+        """Wake every waiting transfer: they end at once."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def _add(self, entry: _Entry) -> None:
         with self._cond:
-            self._evict(keep=KEEP_VERSIONS)
             self._entries[entry.version] = entry
             self._evict(keep=KEEP_VERSIONS)
             self._cond.notify_all()
@@ -93,9 +104,7 @@ class WeightStore:
     def publish(self, version: int, weights: np.ndarray) -> None:
         """Hold a complete version (no copy: the array must not change afterwards)."""
         flat = np.ascontiguousarray(weights, np.float32).reshape(-1)
-        entry = _Entry(version, flat, flat.nbytes, owned=False)
-        entry.done.set()
-        self._add(entry)
+        self._add(_Entry(version, flat, flat.nbytes, owned=False))
 
     def receiving(self, version: int, nbytes: int) -> _Entry:
         with self._cond:
@@ -115,7 +124,6 @@ class WeightStore:
                 entry = _Entry(version, np.empty(0, np.float32), owned=False)
                 self._entries[version] = entry
             entry.failed = True
-            entry.done.set()
             self._cond.notify_all()
 
     def reading(self, entry: _Entry, delta: int) -> None:
@@ -127,15 +135,13 @@ class WeightStore:
         with self._cond:
             entry.filled = filled
             entry.failed = failed
-            if failed or filled >= entry.total:
-                entry.done.set()
             self._cond.notify_all()
 
     def wait_entry(self, version: int, deadline: float) -> _Entry | None:
         with self._cond:
             while version not in self._entries:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or (self._entries and max(self._entries) > version):
+                if remaining <= 0 or self._closed or (self._entries and max(self._entries) > version):
                     return None
                 self._cond.wait(remaining)
             return self._entries[version]
@@ -145,24 +151,21 @@ class WeightStore:
         with self._cond:
             while entry.filled <= beyond and not entry.failed:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._closed:
                     break
                 self._cond.wait(remaining)
             return entry.filled
 
-    def get(self, version: int) -> np.ndarray | None:
-        with self._cond:
-            entry = self._entries.get(version)
-        return entry.buffer if entry is not None and entry.done.is_set() and not entry.failed else None
-
 
 class WeightServer:
-    """Serves the versions of a WeightStore to peers that know the cluster token."""
+    """Serves the blobs of a WeightStore to peers that know the cluster token.
+    `timeout_s` bounds the wait for a blob to appear and each stretch without progress."""
 
     def __init__(self, store: WeightStore, host: str, token: str | None, timeout_s: float = 60.0) -> None:
         self.store = store
         self.token = (token or "").encode()
         self.timeout_s = timeout_s
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         self._sock.settimeout(1.0)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
@@ -177,39 +180,45 @@ class WeightServer:
                 continue
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):
+                conn.close()  # too many at once: the puller falls back
+                continue
             threading.Thread(target=self._serve, args=(conn,), name="ftrl-weights-send", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        deadline = time.monotonic() + self.timeout_s
         with conn:
             try:
-                conn.settimeout(self.timeout_s)
-                magic, token_len = _REQUEST.unpack(_recv_exact(conn, _REQUEST.size))
+                # the whole request within the handshake timeout (an idle peer holds no thread long)
+                request_deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
+                magic, token_len = _REQUEST.unpack(_recv_exact(conn, _REQUEST.size, request_deadline))
                 if magic != MAGIC or token_len > MAX_TOKEN:
                     return
-                token = _recv_exact(conn, token_len)
-                (version,) = _VERSION.unpack(_recv_exact(conn, _VERSION.size))
+                token = _recv_exact(conn, token_len, request_deadline)
+                (key,) = _VERSION.unpack(_recv_exact(conn, _VERSION.size, request_deadline))
                 if not hmac.compare_digest(token, self.token):
-                    conn.sendall(_REPLY.pack(version, -1))
+                    conn.sendall(_REPLY.pack(key, -1))
                     return
-                entry = self.store.wait_entry(version, deadline)
+                conn.settimeout(self.timeout_s)
+                entry = self.store.wait_entry(key, time.monotonic() + self.timeout_s)
                 if entry is None or entry.failed:
-                    conn.sendall(_REPLY.pack(version, -2))
+                    conn.sendall(_REPLY.pack(key, -2))
                     return
                 self.store.reading(entry, +1)
                 try:
-                    self._send(conn, entry, deadline)
+                    self._send(conn, entry)
                 finally:
                     self.store.reading(entry, -1)
-            except (OSError, struct.error, ConnectionError) as e:
+            except (OSError, struct.error) as e:
                 log.debug("weights transfer ended: %s", e)
+            finally:
+                self._slots.release()
 
-    def _send(self, conn: socket.socket, entry: _Entry, deadline: float) -> None:
+    def _send(self, conn: socket.socket, entry: _Entry) -> None:
         conn.sendall(_REPLY.pack(entry.version, entry.total))
         view = memoryview(entry.buffer).cast("B")
         sent = 0
         while sent < entry.total:
-            filled = self.store.wait_filled(entry, sent, deadline)
+            filled = self.store.wait_filled(entry, sent, time.monotonic() + self.timeout_s)
             if entry.failed or filled <= sent:
                 return  # the upstream broke or stalled: the peer sees a short read
             while sent < filled:
@@ -220,12 +229,14 @@ class WeightServer:
     def close(self) -> None:
         self._stop.set()
         self._sock.close()
+        self.store.close()
 
 
 def fetch(address: str, token: str | None, version: int, store: WeightStore, expect_bytes: int,
           timeout_s: float = 60.0) -> np.ndarray:
-    """Pull `version` from the WeightServer at `address` into `store` (served onward to
-    others while it arrives). Returns the flat float32 array."""
+    """Pull blob `version` (the publisher's key) from the WeightServer at `address` into
+    `store` (served onward to others while it arrives), all within `timeout_s`.
+    Returns the flat float32 array."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     deadline = time.monotonic() + timeout_s
@@ -249,7 +260,11 @@ def fetch(address: str, token: str | None, version: int, store: WeightStore, exp
             view = memoryview(entry.buffer).cast("B")
             filled = 0
             while filled < nbytes:
-                conn.settimeout(max(0.1, deadline - time.monotonic()))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WeightsPlaneError(f"weights transfer from {address} took over {timeout_s:g}s "
+                                            f"({filled} of {nbytes} bytes)")
+                conn.settimeout(remaining)
                 n = conn.recv_into(view[filled:], min(SLICE, nbytes - filled))
                 if n == 0:
                     raise WeightsPlaneError(f"{address} closed the transfer at {filled} of {nbytes} bytes")
@@ -264,11 +279,16 @@ def fetch(address: str, token: str | None, version: int, store: WeightStore, exp
         raise WeightsPlaneError(f"weights transfer from {address} failed: {e}") from e
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
+def _recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the peer was too slow")
+            conn.settimeout(remaining)
         k = conn.recv_into(view[got:])
         if k == 0:
             raise ConnectionError("peer closed the connection")
@@ -278,6 +298,17 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
 
 class WeightsNode:
     """A process's place on the weights plane: its store and (lazily) its server."""
+
+    _last_key = 0
+    _key_lock = threading.Lock()
+
+    @classmethod
+    def new_key(cls) -> int:
+        """A blob key never used before by any publisher run on this clock: wall-clock
+        nanoseconds, strictly increasing within the process."""
+        with cls._key_lock:
+            cls._last_key = max(time.time_ns(), cls._last_key + 1)
+            return cls._last_key
 
     def __init__(self, host: str, token: str | None) -> None:
         self.host = host
@@ -294,5 +325,7 @@ class WeightsNode:
             return self._server.address
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        with self._lock:
+            if self._server is not None:
+                self._server.close()
+            self.store.close()

@@ -18,18 +18,92 @@ def test_pull_and_relay_cut_through():
     try:
         root.store.publish(7, weights)
         got: dict[str, np.ndarray] = {}
-        # the leaf asks the middle node before the middle node has anything: it waits,
-        # then gets the bytes while they arrive
+        # the leaf asks the middle node before it has anything: it waits, then gets the
+        # bytes while they arrive
         t = threading.Thread(target=lambda: got.setdefault(
             "leaf", fetch(mid.address, "tok", 7, leaf.store, weights.nbytes, 20)))
         t.start()
-        time.sleep(0.1)
         got["mid"] = fetch(root.address, "tok", 7, mid.store, weights.nbytes, 20)
         t.join(20)
         assert np.array_equal(got["mid"], weights) and np.array_equal(got["leaf"], weights)
     finally:
         for node in (root, mid, leaf):
             node.close()
+
+
+def test_a_relay_forwards_bytes_before_it_has_them_all():
+    """Cut-through for real: the middle node holds only the first half (its upstream is
+    slow); the leaf already has that half, and gets the rest once it arrives."""
+    mid, leaf = WeightsNode("127.0.0.1", None), WeightsNode("127.0.0.1", None)
+    weights = np.random.default_rng(1).random(2 << 20, dtype=np.float32)
+    half = weights.nbytes // 2
+    try:
+        entry = mid.store.receiving(3, weights.nbytes)
+        entry.buffer[: weights.size // 2] = weights[: weights.size // 2]
+        mid.store.progress(entry, half)
+        got: dict[str, np.ndarray] = {}
+        t = threading.Thread(target=lambda: got.setdefault(
+            "leaf", fetch(mid.address, None, 3, leaf.store, weights.nbytes, 20)))
+        t.start()
+        leaf_entry = leaf.store.wait_entry(3, time.monotonic() + 10)
+        assert leaf_entry is not None
+        assert leaf.store.wait_filled(leaf_entry, half - 1, time.monotonic() + 10) >= half
+        assert not got  # the leaf is still waiting for the second half
+        entry.buffer[weights.size // 2:] = weights[weights.size // 2:]
+        mid.store.progress(entry, weights.nbytes)
+        t.join(10)
+        assert np.array_equal(got["leaf"], weights)
+    finally:
+        mid.close()
+        leaf.close()
+
+
+def test_a_reused_version_never_reaches_a_child_as_old_bytes():
+    """After a restore the weights version repeats; blobs are keyed by the publisher's
+    fresh key, so a relay that still holds the old blob makes the child wait for the new
+    one instead of serving the old bytes."""
+    root, mid, leaf = WeightsNode("127.0.0.1", None), WeightsNode("127.0.0.1", None), WeightsNode("127.0.0.1", None)
+    old, new = np.zeros(1 << 18, np.float32), np.ones(1 << 18, np.float32)
+    try:
+        old_key = WeightsNode.new_key()
+        root.store.publish(old_key, old)
+        fetch(root.address, None, old_key, mid.store, old.nbytes, 10)  # the relay holds "version 3" once
+        new_key = WeightsNode.new_key()  # "version 3" again, after a restore
+        assert new_key > old_key
+        root.store.publish(new_key, new)
+        got: dict[str, np.ndarray] = {}
+        t = threading.Thread(target=lambda: got.setdefault(
+            "leaf", fetch(mid.address, None, new_key, leaf.store, new.nbytes, 20)))
+        t.start()  # asks before the relay has started pulling the new blob
+        fetch(root.address, None, new_key, mid.store, new.nbytes, 10)
+        t.join(20)
+        assert np.array_equal(got["leaf"], new)
+    finally:
+        for node in (root, mid, leaf):
+            node.close()
+
+
+def test_closing_a_node_ends_the_transfers_waiting_on_it():
+    mid, leaf = WeightsNode("127.0.0.1", None), WeightsNode("127.0.0.1", None)
+    try:
+        mid.store.receiving(9, 4096)  # never filled
+        errors: list[BaseException] = []
+
+        def pull() -> None:
+            try:
+                fetch(mid.address, None, 9, leaf.store, 4096, 60)
+            except WeightsPlaneError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=pull)
+        t.start()
+        assert leaf.store.wait_entry(9, time.monotonic() + 10) is not None  # the transfer began
+        t0 = time.monotonic()
+        mid.close()
+        t.join(30)
+        assert not t.is_alive() and errors and time.monotonic() - t0 < 30
+    finally:
+        leaf.close()
 
 
 def test_wrong_token_wrong_size_and_unknown_version_are_refused():
