@@ -13,7 +13,7 @@ checkpoints. Two neighbours hold the remainder, behind methods that delegate to 
 - ftrl.rl.run_loop: `run()`/`finish()`, training to a stop criterion, Ctrl-C/SIGTERM,
   the final checkpoint and result.json.
 - ftrl.rl.algo_state: `get_state()`/`set_state()`/`save_checkpoint()`, resume and
-  `check_resume_compatible` (re-exported here).
+  `check_resume_compatible`.
 
 Runners: with `num_env_runners=0` the Algorithm samples with a local EnvRunner in its
 own process. Otherwise it creates remote runners through `client.create_actor`; the
@@ -39,12 +39,12 @@ import torch
 
 from ftrl.config import AlgorithmConfig, StopCriteria
 from ftrl.rl import algo_state, run_loop
-from ftrl.rl.algo_state import CHECKPOINT_FORMAT as CHECKPOINT_FORMAT
-from ftrl.rl.algo_state import check_resume_compatible as check_resume_compatible
+from ftrl.rl.algo_state import check_resume_compatible
 from ftrl.rl.checkpoint import CheckpointManager
 from ftrl.rl.env_factory import probe_spaces
 from ftrl.rl.env_runner import EnvRunner
 from ftrl.rl.filters import make_filter
+from ftrl.rl.learner_group import LearnerGroup
 from ftrl.rl.metrics import EpisodeWindow, MetricsLog
 from ftrl.rl.runner_group import EnvRunnerGroup
 from ftrl.rl.sample_batch import check_fragment
@@ -154,8 +154,6 @@ class Algorithm:
         elastic LearnerGroup of `num_learners` learner actors."""
         if self.config.learners_cfg.num_learners == 0:
             return self.setup_learner()
-        from ftrl.rl.learner_group import LearnerGroup
-
         group = LearnerGroup(self.client, self.config, job_name=self.job_name,
                              space_spec=self.spec.to_dict(), learner_class=self.learner_class_path)
         group.start()
@@ -164,8 +162,6 @@ class Algorithm:
     @property
     def learner_group(self) -> Any:
         """The LearnerGroup, or None when the learner runs in this process."""
-        from ftrl.rl.learner_group import LearnerGroup
-
         return self.learner if isinstance(self.learner, LearnerGroup) else None
 
     def scale_learners(self, num_learners: int) -> None:

@@ -122,6 +122,8 @@ class LearnerGroup(ActorGroup):
         self.min_learners = lrn.min_learners
         self.wait_timeout = lrn.learner_wait_timeout_s
         self.collective_timeout = lrn.learner_collective_timeout_s
+        # whole-state calls on one learner (get/set_state of a big model): bounded, generously
+        self.call_timeout = 2 * self.collective_timeout + 30.0
         self.space_spec = space_spec
         cfg_dict = config.to_dict()
         self.config_hash = learner_config_hash(cfg_dict, space_spec)
@@ -245,10 +247,12 @@ class LearnerGroup(ActorGroup):
                 log.info("learner group %s: adding %s", self.group, slot.name)
         elif len(self.slots) > target:
             drop = [s.name for s in self.slots[target:]]
-            self.slots = self.slots[:target]
             log.info("learner group %s: removing %s", self.group, drop)
+            # out of the mesh first; the slots are forgotten only then (a coordinator
+            # outage here retries the removal at the next step boundary)
             view = self.client.form_mesh(self.group, view["epoch"], 1, remove=drop,
                                          reason=f"scaled to {target}")
+            self.slots = self.slots[:target]
             for name in drop:
                 fut = self._creating.pop(name, None)
                 if fut is not None:
@@ -265,50 +269,55 @@ class LearnerGroup(ActorGroup):
         """A mesh epoch this driver entered, with at least min_learners members. Admits
         joiners and applies scaling first (this is a step boundary). Pauses below
         min_learners, up to learner_wait_timeout_s (the very first epoch: up to
-        LEARNER_START_TIMEOUT_S, as learners start, import torch and connect)."""
+        LEARNER_START_TIMEOUT_S, as learners start, import torch and connect); at most
+        MAX_UPDATE_ATTEMPTS failed entries in a row. While the coordinator is away the
+        epoch already entered goes on; anything else waits for it, within the same bound."""
         wait = self.wait_timeout if self.num_reformations else max(self.wait_timeout, LEARNER_START_TIMEOUT_S)
         deadline = time.monotonic() + wait
         waiting_logged = False
+        failed_entries = 0
+        why = "no mesh view yet"
         while True:
             self._check_creations()
+            if time.monotonic() >= deadline:
+                raise LearnerWaitTimeout(f"learner mesh {self.group} not ready within {wait:g}s "
+                                         f"(learner_wait_timeout_s): {why}")
             try:
                 view = self._apply_scale(self.client.get_mesh(self.group))
+                epoch, members, waiting = view["epoch"], view["members"], view["waiting"]
+                # this driver's first epoch waits for n_init learners; later ones go on with min_learners
+                need = self.n_init if self.num_reformations == 0 else self.min_learners
+                why = (f"{len(members)} of the {need} learners it needs; members: "
+                       f"{[m['name'] for m in members]}, waiting: {[m['name'] for m in waiting]}")
+                spent = epoch in self._spent
+                if (epoch == 0 or waiting or spent) and len(members) + len(waiting) >= need:
+                    formed = self.client.form_mesh(
+                        self.group, epoch, need, reform=spent,
+                        reason="initial" if epoch == 0 else "joiners admitted" if waiting else "re-formed")
+                    if formed["epoch"] != epoch:
+                        continue
+                if epoch > 0 and not spent and len(members) >= need:
+                    if epoch == self.entered_epoch or self._enter(view):
+                        return view
+                    failed_entries += 1
+                    if failed_entries >= MAX_UPDATE_ATTEMPTS:
+                        raise LearnerGroupError(f"learner mesh {self.group}: {failed_entries} epochs in a row "
+                                                f"could not be entered (see the log for why)")
+                    continue
+                if not waiting_logged:
+                    log.warning("learner mesh %s: %d members, %d waiting, need %d: training pauses",
+                                self.group, len(members), len(waiting), need)
+                    waiting_logged = True
+                self.client.get_mesh(self.group, after_seq=view["seq"],
+                                     wait_s=min(5.0, max(0.05, deadline - time.monotonic())))
             except (ActorUnavailableError, FtrlTimeoutError) as e:
                 # the coordinator is away: the data plane does not need it. Go on in the
                 # epoch we are in; anything else waits for it to come back.
                 if self.entered_epoch and self.entered_epoch not in self._spent:
                     return self.view
-                if time.monotonic() >= deadline:
-                    raise LearnerWaitTimeout(f"learner mesh {self.group}: the coordinator is "
-                                             f"unreachable and the mesh must re-form: {e}") from e
+                why = f"the coordinator is unreachable and the mesh must re-form: {e}"
                 log.warning("learner mesh %s: coordinator unreachable (%s); waiting", self.group, e)
                 time.sleep(1.0)
-                continue
-            epoch, members, waiting = view["epoch"], view["members"], view["waiting"]
-            # this driver's first epoch waits for n_init learners; later ones go on with min_learners
-            need = self.n_init if self.num_reformations == 0 else self.min_learners
-            spent = epoch in self._spent
-            if (epoch == 0 or waiting or spent) and len(members) + len(waiting) >= need:
-                formed = self.client.form_mesh(
-                    self.group, epoch, need, reform=spent,
-                    reason="initial" if epoch == 0 else "joiners admitted" if waiting else "re-formed")
-                if formed["epoch"] != epoch:
-                    continue
-            if epoch > 0 and not spent and len(members) >= need:
-                if epoch == self.entered_epoch or self._enter(view):
-                    return view
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise LearnerWaitTimeout(
-                    f"learner mesh {self.group} had {len(members)} of the {need} learners it needs "
-                    f"for {wait:g}s (learner_wait_timeout_s); members: "
-                    f"{[m['name'] for m in members]}, waiting: {[m['name'] for m in view['waiting']]}")
-            if not waiting_logged:
-                log.warning("learner mesh %s: %d members, %d waiting, need %d: training pauses",
-                            self.group, len(members), len(view["waiting"]), need)
-                waiting_logged = True
-            self.client.get_mesh(self.group, after_seq=view["seq"], wait_s=min(5.0, remaining))
 
     def _call_all(self, members: list[dict[str, Any]], method: str, *args: Any, timeout: float | None = None,
                   args_for: dict[str, tuple] | None = None) -> tuple[dict[str, Any], dict[str, BaseException]]:
@@ -382,18 +391,24 @@ class LearnerGroup(ActorGroup):
         restored = source is None or self.restore_state is not None or self._restore_weights
         if restored:
             source = 0
-            first = self._handle(members[0])
-            if self.restore_state is not None:
-                log.warning("learner mesh %s: loading the checkpointed learner state (version %d) into %s",
-                            self.group, self.version, members[0]["name"])
-                first.call("set_state", self.restore_state, self.version)
-            elif self.latest_weights is not None:
-                log.warning("learner mesh %s: no member holds version %d (all learners were lost): "
-                            "continuing from the last published weights with fresh optimizer state",
-                            self.group, self.version)
-                first.call("set_weights", self.version, self.latest_weights[1])
-            else:
+            if self.restore_state is None and self.latest_weights is None:
                 raise LearnerGroupError(f"no learner holds version {self.version} and there is no state to restore")
+            first = self._handle(members[0]).options(timeout=self.call_timeout)
+            try:
+                if self.restore_state is not None:
+                    log.warning("learner mesh %s: loading the checkpointed learner state (version %d) into %s",
+                                self.group, self.version, members[0]["name"])
+                    first.call("set_state", self.restore_state, self.version)
+                else:
+                    log.warning("learner mesh %s: no member holds version %d (all learners were lost): "
+                                "continuing from the last published weights with fresh optimizer state",
+                                self.group, self.version)
+                    first.call("set_weights", self.version, self.latest_weights[1])
+            except FtrlError as e:
+                log.info("learner mesh %s epoch %d: loading the state into %s failed: %s", self.group, epoch,
+                         members[0]["name"], e)
+                self._note_failures({members[0]["name"]: e})
+                return False
         # survivors holding the committed version are bit-identical: only joiners (or a
         # restored state) need the broadcast
         sync = restored or not all(self.version in states[m["name"]]["versions"] for m in members)
@@ -473,12 +488,12 @@ class LearnerGroup(ActorGroup):
         deadline = time.monotonic() + (3.0 if died else 0.0)
         try:
             now = self.client.get_mesh(self.group)
+            while now["epoch"] == view["epoch"] and time.monotonic() < deadline:
+                now = self.client.get_mesh(self.group, after_seq=now["seq"],
+                                           wait_s=max(0.05, deadline - time.monotonic()))
         except (ActorUnavailableError, FtrlTimeoutError):
             self._spent.add(view["epoch"])  # re-form once the coordinator is back
             return
-        while now["epoch"] == view["epoch"] and time.monotonic() < deadline:
-            now = self.client.get_mesh(self.group, after_seq=now["seq"],
-                                       wait_s=max(0.05, deadline - time.monotonic()))
         if now["epoch"] == view["epoch"]:
             self._spent.add(view["epoch"])
 
@@ -487,7 +502,7 @@ class LearnerGroup(ActorGroup):
         last: BaseException | None = None
         for m in self.view.get("members", []):
             try:
-                return self._handle(m).call(method, *args)
+                return self._handle(m).options(timeout=self.call_timeout).call(method, *args)
             except FtrlError as e:
                 last = e
         raise LearnerGroupError(f"no learner answered {method}: {last}")
@@ -512,9 +527,7 @@ class LearnerGroup(ActorGroup):
         self.restore_state = state
         self.version = int(state["version"])
         self.latest_weights = None
-        if self.entered_epoch:
-            self._spent.add(self.entered_epoch)
-            self.entered_epoch = 0
+        self._leave_epoch()
 
     def set_weights(self, version: int, weights: np.ndarray) -> None:
         """Load weights (fresh optimizer state): the next epoch's source takes them."""
@@ -522,6 +535,10 @@ class LearnerGroup(ActorGroup):
         self.version = int(version)
         self.restore_state = None
         self._restore_weights = True
+        self._leave_epoch()
+
+    def _leave_epoch(self) -> None:
+        """The next step re-forms: its source loads what was just set."""
         if self.entered_epoch:
             self._spent.add(self.entered_epoch)
             self.entered_epoch = 0

@@ -317,7 +317,7 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> None:
     """Fail early (before any process starts) on a config or environment that cannot
     work, or (with `resume_from`) a checkpoint this config cannot continue; corrupt
     checkpoints are reported (and skipped) here too."""
-    from ftrl.rl.algorithm import check_resume_compatible
+    from ftrl.rl.algo_state import check_resume_compatible
     from ftrl.rl.checkpoint import CheckpointManager
     from ftrl.rl.env_factory import probe_spaces
     from ftrl.rl.spaces import space_spec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from ftrl.rl import learner_group as lg
-from ftrl.wire.errors import ActorError, ActorStartError
+from ftrl.wire.errors import ActorError, ActorStartError, ActorUnavailableError
 
 
 def _fragment(t: int = 8, e: int = 2) -> dict[str, np.ndarray]:
@@ -64,7 +65,7 @@ def test_update_commits_after_collateral_failures():
 
 def test_update_that_only_fails_collaterally_gives_up():
     group, epochs = _group([_collateral()])
-    with pytest.raises(lg.LearnerGroupError, match="failed 25 times in a row"):
+    with pytest.raises(lg.LearnerGroupError, match=f"failed {lg.MAX_UPDATE_ATTEMPTS} times in a row"):
         group.update([_fragment()])
     assert len(epochs) == lg.MAX_UPDATE_ATTEMPTS
     assert group.version == 7  # nothing committed
@@ -73,7 +74,7 @@ def test_update_that_only_fails_collaterally_gives_up():
 def test_a_learner_that_keeps_raising_ends_the_run():
     own = {"job/learner/0": ActorError("ValueError", "bad batch")}
     group, epochs = _group([own])
-    with pytest.raises(lg.LearnerGroupError, match="learner job/learner/0 failed 20 times"):
+    with pytest.raises(lg.LearnerGroupError, match=f"learner job/learner/0 failed {lg.MAX_CONSECUTIVE_FAILURES} times"):
         group.update([_fragment()])
     assert len(epochs) == lg.MAX_CONSECUTIVE_FAILURES
 
@@ -127,7 +128,7 @@ def test_a_learner_that_failed_to_start_is_created_again_and_the_streak_resets()
 
 def test_a_learner_that_never_starts_ends_the_run_with_its_error():
     group, created = _failing_creations([ActorStartError("actor job/learner/0 failed to start: boom")])
-    with pytest.raises(lg.LearnerGroupError, match=r"failed to start 5 times in a row; last: .*boom"):
+    with pytest.raises(lg.LearnerGroupError, match=rf"failed to start {lg.MAX_START_FAILURES} times in a row; last: .*boom"):
         for _ in range(3 * lg.MAX_START_FAILURES):
             group._check_creations()
             _due(group)
@@ -139,3 +140,76 @@ def test_a_refused_learner_is_not_created_again():
     with pytest.raises(lg.LearnerGroupError, match="refused by the mesh"):
         group._check_creations()
     assert len(created) == 1
+
+
+class _Coordinator:
+    """The mesh calls of a coordinator: epochs open on form_mesh; `down` makes every
+    call fail as if the coordinator were unreachable."""
+
+    def __init__(self) -> None:
+        self.epoch, self.seq, self.down = 1, 1, False
+        self.members = [{"name": f"job/learner/{i}", "incarnation": 1} for i in range(2)]
+
+    def _view(self) -> dict[str, Any]:
+        if self.down:
+            raise ActorUnavailableError("coordinator at 127.0.0.1:1 unreachable")
+        return {"epoch": self.epoch, "seq": self.seq, "members": self.members, "waiting": []}
+
+    def get_mesh(self, group, after_seq=-1, wait_s=0.0):
+        return self._view()
+
+    def form_mesh(self, group, expected_epoch, min_size=1, remove=None, reason="", reform=False):
+        view = self._view()
+        if expected_epoch == self.epoch:
+            self.epoch += 1
+            self.seq += 1
+            view = self._view()
+        return view
+
+
+def _mesh_group(coordinator: _Coordinator, enter) -> lg.LearnerGroup:
+    group = object.__new__(lg.LearnerGroup)
+    group.group, group.client = "job/learner", coordinator
+    group.n_init = group.min_learners = 2
+    group.wait_timeout, group.num_reformations = 3.0, 1
+    group.entered_epoch, group._spent, group.view = 0, set(), {}
+    group._consecutive_failures = 0
+    group._check_creations = lambda: None
+    group._apply_scale = lambda view: view
+    group._enter = enter
+    return group
+
+
+def test_epochs_that_cannot_be_entered_end_the_run_after_a_bound():
+    coordinator = _Coordinator()
+    tried: list[int] = []
+
+    def enter(view):  # e.g. enter_epoch keeps timing out collaterally
+        tried.append(view["epoch"])
+        group._spent.add(view["epoch"])
+        return False
+
+    group = _mesh_group(coordinator, enter)
+    with pytest.raises(lg.LearnerGroupError, match="could not be entered"):
+        group._ready_view()
+    assert len(tried) == lg.MAX_UPDATE_ATTEMPTS
+    assert tried == sorted(set(tried))  # a fresh epoch each time, never one entered twice
+
+
+def test_a_coordinator_outage_while_the_mesh_must_reform_waits_then_times_out():
+    coordinator = _Coordinator()
+    coordinator.down = True
+    group = _mesh_group(coordinator, lambda view: pytest.fail("nothing to enter while it is down"))
+    t0 = time.monotonic()
+    with pytest.raises(lg.LearnerWaitTimeout, match="coordinator is unreachable"):
+        group._ready_view()
+    assert 2.5 < time.monotonic() - t0 < 30
+
+
+def test_a_coordinator_outage_in_an_entered_epoch_goes_on_in_it():
+    coordinator = _Coordinator()
+    entered = _mesh_group(coordinator, lambda view: True)
+    view = entered._ready_view()
+    entered.entered_epoch, entered.view = view["epoch"], view
+    coordinator.down = True
+    assert entered._ready_view() is view
