@@ -29,6 +29,8 @@ from ftrl.rl.env_factory import probe_spaces
 from ftrl.rl.learner_group import LearnerGroup
 from ftrl.rl.spaces import space_spec
 
+MAX_UPDATES = 50  # updates to wait for a re-formation or a join before giving up
+
 
 def fragments(steps: int, envs: int = 8, seed: int = 0) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
@@ -92,19 +94,30 @@ def main() -> None:
             th = threading.Thread(target=killer)
             th.start()
             out = group.update(batch)
-            while out["mesh_epoch"] == before or out["num_learners"] == args.learners:
+            for _ in range(MAX_UPDATES):
+                if out["mesh_epoch"] != before and out["num_learners"] < args.learners:
+                    break
                 out = group.update(batch)  # the kill landed after this update: next one
-            th.join()
+            else:
+                raise SystemExit(f"the group never re-formed without {victim}")
+            th.join(60)
             kills.append(time.perf_counter() - box["t_kill"])
             # wait until the restarted copy is warm and waiting in the mesh
             t_dead = box["t_kill"]
+            deadline = time.monotonic() + 300
             while not client.get_mesh(group.group)["waiting"]:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the restarted {victim} never joined the mesh")
                 time.sleep(0.005)
             t_waiting = time.perf_counter()
             warmups.append(t_waiting - t_dead)
             out = group.update(batch)
-            while out["num_learners"] < args.learners:
+            for _ in range(MAX_UPDATES):
+                if out["num_learners"] == args.learners:
+                    break
                 out = group.update(batch)
+            else:
+                raise SystemExit(f"{victim} waited in the mesh but never took part in an update")
             joins.append(time.perf_counter() - t_waiting)
         # the torchrun way: every learner restarts, the state comes back from a checkpoint
         state = group.get_state()

@@ -20,18 +20,22 @@ from tests.integration.conftest import wait_until
 SPEC = space_spec(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
 
 
+def _config(n: int, **runners) -> PPOConfig:
+    """`n` one-env CartPole runners in a fanout-2 broadcast tree."""
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=n, num_envs_per_env_runner=1, rollout_fragment_length=8,
+                     num_cpus_per_env_runner=0.1, weights_fanout=2, **runners)
+        .debugging(seed=0)
+    )
+
+
 def test_sigkilled_relay_subtree_still_gets_the_weights(make_cluster):
     n = 7  # fanout 2: r0 -> (r2 -> r6, r3), r1 -> (r4, r5)
     cluster = make_cluster(slots=n, preload="ftrl.rl.env_runner")
     client = cluster.client()
-    cfg = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .env_runners(num_env_runners=n, num_envs_per_env_runner=1, rollout_fragment_length=8,
-                     num_cpus_per_env_runner=0.1, weights_fanout=2, sample_timeout_s=10.0,
-                     env_runner_health_probe_timeout_s=5.0)
-        .debugging(seed=0)
-    )
+    cfg = _config(n, sample_timeout_s=10.0, env_runner_health_probe_timeout_s=5.0)
     group = EnvRunnerGroup(client, cfg, job_name="wt", space_spec=SPEC.to_dict())
     try:
         group.start()
@@ -79,13 +83,7 @@ def test_large_weights_go_over_the_plane_and_a_killed_relay_costs_nothing(make_c
     n = 5  # fanout 2: r0 -> (r2, r3), r1 -> (r4)
     cluster = make_cluster(slots=n, preload="ftrl.rl.env_runner")
     client = cluster.client()
-    cfg = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .env_runners(num_env_runners=n, num_envs_per_env_runner=1, rollout_fragment_length=8,
-                     num_cpus_per_env_runner=0.1, weights_fanout=2, env_runner_health_probe_timeout_s=10.0)
-        .debugging(seed=0)
-    )
+    cfg = _config(n, env_runner_health_probe_timeout_s=10.0)
     group = EnvRunnerGroup(client, cfg, job_name="wp", space_spec=SPEC.to_dict(),
                            actor_class="benchmarks.weights:BenchRunner")
     rng = np.random.default_rng(1)

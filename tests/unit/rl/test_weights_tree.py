@@ -3,8 +3,6 @@ actors, a failed relay's subtree still synced) and the `max_weights_lag` rule.""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import ftrl.rl.env_runner as env_runner_mod
@@ -71,7 +69,7 @@ def test_late_fragment_within_the_lag_is_used(lag, dropped):
         group.sample(32)  # runner 1 is late with a v0 fragment
         client.delay_calls("t/env_runner/1", 0.0)
         group.sync_weights(1, _weights())
-        time.sleep(1.0)
+        _until(lambda: group.slots[1].inflight is not None and group.slots[1].inflight.done())
         round_ = group.sample(16)
         late = [r for r in round_.results if r["late"]]
         assert len(late) == 1 and late[0]["weights_version"] == 0
