@@ -106,7 +106,6 @@ class MeshRegistry:
         self._actor = actor
         self.on_change = on_change
         self.meshes: dict[str, Mesh] = {}
-        self._group_of: dict[str, str] = {}  # member name -> group
 
     # ------------------------------------------------------------------ helpers
 
@@ -122,8 +121,16 @@ class MeshRegistry:
         mesh.formed_at = time.time()
         log.info("mesh %s: epoch %d with %d members (%s)", mesh.group, mesh.epoch, len(members), reason)
 
-    def _forget(self, name: str) -> None:
-        self._group_of.pop(name, None)
+    def _mesh_of(self, name: str) -> Mesh | None:
+        """The mesh `name` may belong to: members of GROUP are named GROUP/I."""
+        return self.meshes.get(name.rpartition("/")[0])
+
+    def _remove(self, mesh: Mesh, name: str, why: str) -> None:
+        """`name` leaves: a waiting joiner just goes; a member's exit opens the next epoch."""
+        if mesh.waiting.pop(name, None) is not None:
+            self._changed(mesh)
+        elif mesh.member(name) is not None:
+            self._drop_members(mesh, {name}, why)
 
     def get(self, group: str) -> Mesh:
         check_name(group, "mesh group")
@@ -144,7 +151,7 @@ class MeshRegistry:
         """A warmed-up member asks to be taken into the next epoch."""
         check_name(req.group, "mesh group")
         check_name(req.member, "mesh member")
-        if not req.member.startswith(req.group + "/"):
+        if req.member.rpartition("/")[0] != req.group:
             raise InvalidArgumentError(f"member {req.member!r} is not in group {req.group!r} (names are GROUP/I)")
         for what, value in (("store_address", req.store_address), ("host", req.host)):
             if not value or len(value) > MAX_ADDRESS:
@@ -187,7 +194,6 @@ class MeshRegistry:
             # an older copy of it is still a member: that copy is gone
             self._drop_members(mesh, {req.member}, f"{req.member} came back as incarnation {req.incarnation}")
         mesh.waiting[req.member] = member
-        self._group_of[req.member] = req.group
         self._changed(mesh)
         return mesh.to_proto()
 
@@ -200,83 +206,49 @@ class MeshRegistry:
         if req.expected_epoch != mesh.epoch:
             return mesh.to_proto()  # someone else formed it already: read and decide again
         remove = set(req.remove)
-        removed = [m for m in mesh.members if m.name in remove]
-        for name in remove:
-            if mesh.waiting.pop(name, None) is not None:
-                self._forget(name)
-        survivors = [m for m in mesh.members if m.name not in remove]
-        members = survivors + list(mesh.waiting.values())
+        dropped_waiting = [name for name in remove if mesh.waiting.pop(name, None) is not None]
+        removed = {m.name for m in mesh.members if m.name in remove}
         reason = req.reason[:200] or "formed"
+        members = mesh.members + list(mesh.waiting.values())
         if removed:
-            for m in removed:
-                self._forget(m.name)
-            self._open_epoch(mesh, members, reason)
+            self._drop_members(mesh, removed, reason)
         elif (mesh.waiting or mesh.epoch == 0 or req.reform) and len(members) >= max(1, req.min_size):
             self._open_epoch(mesh, members, reason)
-        elif remove:
-            pass  # only waiting joiners were dropped
-        else:
-            return mesh.to_proto()
-        self._changed(mesh)
+            self._changed(mesh)
+        elif dropped_waiting:
+            self._changed(mesh)
         return mesh.to_proto()
 
     def leave(self, group: str, member: str, reason: str = "") -> pb.MeshView:
         """Take a member out (planned removal, or its owner found it hung)."""
         mesh = self.get(group)
         check_name(member, "mesh member")
-        if mesh.waiting.pop(member, None) is not None:
-            self._forget(member)
-            self._changed(mesh)
-        elif mesh.member(member) is not None:
-            self._drop_members(mesh, {member}, reason[:200] or f"{member} left")
+        self._remove(mesh, member, reason[:200] or f"{member} left")
         return mesh.to_proto()
 
     def actor_died(self, name: str, incarnation: int, message: str = "") -> None:
         """Controller hook: incarnation `incarnation` of `name` died (its worker saw the
         exit, or its node was lost): a member leaves at once."""
-        group = self._group_of.get(name)
-        mesh = self.meshes.get(group) if group is not None else None
-        if mesh is None:
-            return
-        member = mesh.member(name) or mesh.waiting.get(name)
+        mesh = self._mesh_of(name)
+        member = mesh and (mesh.member(name) or mesh.waiting.get(name))
         if member is None or member.incarnation != incarnation:
             return
-        why = f"{name}@{incarnation} died" + (f": {message.splitlines()[0][:120]}" if message else "")
-        if mesh.waiting.pop(name, None) is not None:
-            self._forget(name)
-            self._changed(mesh)
-            return
-        self._drop_members(mesh, {name}, why)
+        self._remove(mesh, name, f"{name}@{incarnation} died" + (f": {message.splitlines()[0][:120]}" if message else ""))
 
     def actor_changed(self, name: str) -> None:
         """Controller hook: a member whose actor died or was replaced leaves at once."""
-        group = self._group_of.get(name)
-        if group is None:
-            return
-        mesh = self.meshes.get(group)
-        if mesh is None:
-            self._forget(name)
+        mesh = self._mesh_of(name)
+        member = mesh and (mesh.member(name) or mesh.waiting.get(name))
+        if member is None:
             return
         rec = self._actor(name)
-        member = mesh.member(name) or mesh.waiting.get(name)
-        if member is None:
-            self._forget(name)
-            return
         if rec is not None and rec.incarnation == member.incarnation and rec.state in _LIVE:
             return
         state = rec.state.value if rec is not None else "forgotten"
-        why = f"{name}@{member.incarnation} {'died' if state != 'DEAD' else 'is DEAD'} ({state})"
-        if mesh.waiting.pop(name, None) is not None:
-            self._forget(name)
-            self._changed(mesh)
-            return
-        self._drop_members(mesh, {name}, why)
+        self._remove(mesh, name, f"{name}@{member.incarnation} {'died' if state != 'DEAD' else 'is DEAD'} ({state})")
 
     def _drop_members(self, mesh: Mesh, names: set[str], reason: str) -> None:
         survivors = [m for m in mesh.members if m.name not in names]
-        for name in names:
-            if mesh.member(name) is not None and name not in mesh.waiting:
-                self._forget(name)
         self._open_epoch(mesh, survivors + list(mesh.waiting.values()), reason)
         self._changed(mesh)
 

@@ -111,6 +111,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if event is not None:
             event.set()
 
+    @staticmethod
+    async def _next_change(events: dict[str, asyncio.Event], key: str, deadline: float) -> bool:
+        """Wait for `key`'s next change (a long-poll step): False once `deadline` passed."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        event = events.setdefault(key, asyncio.Event())
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), remaining)
+        return True
+
     def _check_caller(self, context: aio.ServicerContext) -> None:
         caller = _caller(context)
         if caller:
@@ -211,19 +222,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if not (0.0 <= request.wait_s <= MAX_WAIT_S):
             raise InvalidArgumentError(f"wait_s must be in [0, {MAX_WAIT_S:g}]")
         rec = self.c.get_actor(request.name)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + request.wait_s
+        deadline = asyncio.get_running_loop().time() + request.wait_s
         while request.wait_s > 0:
             if rec.state == ActorState.DEAD:
                 break
             if rec.state == ActorState.ALIVE and rec.incarnation >= request.min_incarnation:
                 break
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if not await self._next_change(self._changes, request.name, deadline):
                 break
-            event = self._changes.setdefault(request.name, asyncio.Event())
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
             rec = self.c.get_actor(request.name)
         return self.c.actor_info(rec)
 
@@ -253,15 +259,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if not (0.0 <= request.wait_s <= MAX_WAIT_S):
             raise InvalidArgumentError(f"wait_s must be in [0, {MAX_WAIT_S:g}]")
         view = self.c.meshes.view(request.group)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + request.wait_s
+        deadline = asyncio.get_running_loop().time() + request.wait_s
         while view.seq <= request.after_seq and view.seq:  # an unknown mesh (seq 0): answer at once
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if not await self._next_change(self._mesh_changes, request.group, deadline):
                 break
-            event = self._mesh_changes.setdefault(request.group, asyncio.Event())
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
             view = self.c.meshes.view(request.group)
         return view
 

@@ -94,8 +94,12 @@ def test_form_is_compare_and_set_and_removal_always_applies():
     for i in range(3):
         _join(h, i)
     _form(h, 0, 3)
-    assert _form(h, 0).epoch == 1  # stale expected epoch: nothing happens
+    seq = h.c.meshes.view(G).seq
+    assert _form(h, 0, reform=True).epoch == 1  # stale expected epoch: nothing happens
+    assert _form(h, 0, remove=[f"{G}/2"]).epoch == 1  # not even a removal
     assert _form(h, 1).epoch == 1  # nothing to change
+    assert _form(h, 1, remove=[f"{G}/7"]).epoch == 1  # removing nobody changes nothing
+    assert h.c.meshes.view(G).seq == seq  # and wakes no watcher
     view = _form(h, 1, min_size=5, remove=[f"{G}/2"])
     assert view.epoch == 2 and _names(view) == [f"{G}/0", f"{G}/1"]
     view = _form(h, 2, reform=True)
@@ -114,6 +118,23 @@ def test_leave_and_dead_actor():
     assert view.epoch == 3 and _names(view) == []
 
 
+def test_a_newer_incarnation_seen_without_a_death_event_leaves_at_once():
+    """The worker restarted a member in place and reported only the new copy's start:
+    the old copy leaves the mesh; the new one joins as a newcomer."""
+    h = _setup(2)
+    _join(h, 0)
+    _join(h, 1)
+    _form(h, 0, 2)
+    node_id, _ = h.last_start(f"{G}/1")
+    h.report(node_id, f"{G}/1", 2, pb.REPORT_STARTED, pid=99, address="127.0.0.1:10002")
+    assert h.c.actors[f"{G}/1"].incarnation == 2
+    view = h.c.meshes.view(G)
+    assert view.epoch == 2 and _names(view) == [f"{G}/0"]
+    _join(h, 1)
+    view = _form(h, 2)
+    assert view.epoch == 3 and [(m.name, m.incarnation) for m in view.members] == [(f"{G}/0", 1), (f"{G}/1", 2)]
+
+
 def test_epochs_never_go_back_after_a_coordinator_restart():
     h = _setup(1)
     _join(h, 0, last_epoch=41)
@@ -122,9 +143,10 @@ def test_epochs_never_go_back_after_a_coordinator_restart():
 
 def test_bad_input():
     h = _setup(1)
-    with pytest.raises(InvalidArgumentError, match="not in group"):
-        h.c.meshes.join(pb.JoinMeshRequest(group="other", member=f"{G}/0", incarnation=1,
-                                           store_address="a:1", host="a"))
+    for group in ("other", "job"):  # a member belongs to exactly one group: its name's parent
+        with pytest.raises(InvalidArgumentError, match="not in group"):
+            h.c.meshes.join(pb.JoinMeshRequest(group=group, member=f"{G}/0", incarnation=1,
+                                               store_address="a:1", host="a"))
     with pytest.raises(InvalidArgumentError, match="store_address"):
         h.c.meshes.join(pb.JoinMeshRequest(group=G, member=f"{G}/0", incarnation=1, host="a"))
     with pytest.raises(NotFoundError):
