@@ -450,9 +450,11 @@ class Algorithm:
         result: dict[str, Any] | None,
         error: BaseException | None = None,
         final_checkpoint: bool = True,
+        note: str = "",
     ) -> dict[str, Any]:
-        """Final checkpoint (unless the run failed or was aborted) and result.json."""
-        return run_loop.finish(self, reason, result, error, final_checkpoint)
+        """Final checkpoint (unless the run failed or was aborted) and result.json
+        (`note`: why a run that did not fail ended early)."""
+        return run_loop.finish(self, reason, result, error, final_checkpoint, note)
 
     def stop(self) -> None:
         """Stop runners (killing remote ones) and close sub-envs."""

@@ -75,11 +75,7 @@ def run(
         except BaseException as e:
             reason = "error"
             error = e
-    summary = algo.finish(reason, result, error, final_checkpoint=not aborted)
-    if note:
-        summary["error"] = note
-        if algo.output_dir is not None:
-            atomic_write_json(algo.output_dir / "result.json", json_safe(summary))
+    summary = algo.finish(reason, result, error, final_checkpoint=not aborted, note=note)
     if error is not None:
         raise error
     return summary
@@ -100,9 +96,11 @@ def finish(
     result: dict[str, Any] | None,
     error: BaseException | None = None,
     final_checkpoint: bool = True,
+    note: str = "",
 ) -> dict[str, Any]:
     """Final checkpoint (unless the run failed or was aborted, or this iteration has one)
-    and output_dir/result.json; returns the summary written there."""
+    and output_dir/result.json; returns the summary written there. `note` (why a run
+    that did not fail ended early) goes in its "error" field."""
     path = None
     if (
         error is None
@@ -128,7 +126,7 @@ def finish(
         "checkpoint": str(path) if path else None,
         "restored_from": str(algo.restored_from) if algo.restored_from else None,
         "result": result,
-        "error": f"{type(error).__name__}: {error}" if error is not None else None,
+        "error": f"{type(error).__name__}: {error}" if error is not None else (note or None),
     }
     if algo.output_dir is not None:
         atomic_write_json(algo.output_dir / "result.json", json_safe(summary))
