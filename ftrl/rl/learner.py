@@ -302,8 +302,8 @@ class PPOLearner:
             state["exp_avg_sq"] = torch.zeros_like(self._flat, memory_format=torch.preserve_format)
 
     def state_tensors(self) -> list[torch.Tensor]:
-        """The trained state as tensors, for a broadcast over the mesh: parameters,
-        Adam's moments, and [step, version, num_updates] as one float64 vector."""
+        """The trained state as tensors, for a broadcast over the mesh: parameters and
+        Adam's moments (the counters travel as `counters_tensor`)."""
         state = self.optimizer.state[self._flat]
         return [self._flat.data, state["exp_avg"], state["exp_avg_sq"]]
 
@@ -348,6 +348,11 @@ class PPOLearner:
         self.model.set_flat(weights)
         self.version = int(version)
 
+    def reset_optimizer(self) -> None:
+        """Fresh Adam state (zero moments, step 0), e.g. under weights from elsewhere."""
+        self.optimizer.state.clear()
+        self._init_optimizer_state()
+
     def get_state(self) -> dict[str, Any]:
         """Model, optimizer, version and RNG states as msgpack + numpy (for checkpoints)."""
         return {
@@ -376,6 +381,7 @@ class PPOLearner:
             torch.set_rng_state(torch.from_numpy(np.array(state["torch_rng"], dtype=np.uint8)))
         if "np_rng" in state:
             self.rng.bit_generator.state = _bitgen_state_from_wire(state["np_rng"])
+        self._init_optimizer_state()  # a state saved before the first step has none yet
 
     def ping(self) -> dict[str, Any]:
         return {"ok": True, "weights_version": self.version}
@@ -386,8 +392,8 @@ def _flatten_parameters(params: list[torch.nn.Parameter]) -> tuple[torch.nn.Para
     so gradient clipping and Adam are single tensor ops instead of one per layer.
     Zero the grad with `flat_grad.zero_()`: setting grads to None would cut the views."""
     total = sum(p.numel() for p in params)
-    flat = torch.zeros(total)
-    flat_grad = torch.zeros(total)
+    flat = torch.zeros(total, device=params[0].device)  # where the model is (a GPU learner's too)
+    flat_grad = torch.zeros(total, device=params[0].device)
     offset = 0
     for p in params:
         n = p.numel()

@@ -44,9 +44,10 @@ LOCK_TIMEOUT_S = 120.0
 def learner_config_hash(config: dict, space_spec: dict) -> str:
     """What members of one mesh must share: algorithm, spaces, model and the training
     hyperparameters (a member with another model shape could not all-reduce)."""
-    keys = ("algo", "model", "num_epochs", "minibatch_size", "clip_param", "vf_loss_coeff",
-            "entropy_coeff", "grad_clip", "normalize_advantages", "adam_epsilon", "gamma",
-            "lambda_", "use_gae", "vf_clip_param", "lr", "lr_schedule")
+    keys = ("algo", "model", "num_epochs", "minibatch_size", "clip_param", "clip_param_schedule",
+            "vf_loss_coeff", "entropy_coeff", "grad_clip", "normalize_advantages", "adam_epsilon",
+            "gamma", "lambda_", "use_gae", "vf_clip_param", "lr", "lr_schedule",
+            "num_gpus_per_learner")  # gloo or NCCL: one backend per mesh
     data = {"config": {k: config.get(k) for k in keys}, "space_spec": space_spec}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -87,11 +88,11 @@ class LearnerActor:
         self.learner.allreduce = self.mesh.allreduce_
         self.config_hash = config_hash or learner_config_hash(config, space_spec)
         self._lock = threading.Lock()
-        self._snapshot: dict[str, Any] | None = None
-        self._snapshot_version = -1
+        # (version, state) to roll back to; one attribute, so a reader never sees a
+        # version without its state
+        self._snapshot: tuple[int, dict[str, Any]] | None = None
         self._stop = threading.Event()
         self._seen_epoch = 0
-        self.joined_at = time.time()
         view = self._join()  # raises on a refused join: the actor fails to start, clearly
         self._seen_epoch = int(view["epoch"])
         self._watcher = threading.Thread(target=self._watch, args=(int(view["seq"]),),
@@ -147,8 +148,9 @@ class LearnerActor:
     def mesh_state(self) -> dict[str, Any]:
         """Epoch, rank and the versions this member could serve as a source from."""
         versions = [self.learner.version]
-        if self._snapshot is not None:
-            versions.append(self._snapshot_version)
+        snapshot = self._snapshot
+        if snapshot is not None:
+            versions.append(snapshot[0])
         return {"name": self.name, "incarnation": self.incarnation, "epoch": self.mesh.epoch,
                 "rank": self.mesh.rank, "world_size": self.mesh.world_size,
                 "version": self.learner.version, "versions": versions,
@@ -187,7 +189,7 @@ class LearnerActor:
                 counters = self.learner.counters_tensor()
                 self.mesh.broadcast_(counters, source_rank)
                 self.learner.set_counters(counters)
-            self._snapshot, self._snapshot_version = None, -1
+            self._snapshot = None
             if self.learner.version != version:
                 raise MeshChanged(f"source rank {source_rank} had version {self.learner.version}, "
                                   f"expected {version}")
@@ -199,9 +201,9 @@ class LearnerActor:
     def _roll_back_to(self, version: int) -> None:
         if self.learner.version == version:
             return
-        if self._snapshot is not None and self._snapshot_version == version:
-            self.learner.restore(self._snapshot)
-            self._snapshot, self._snapshot_version = None, -1
+        if self._snapshot is not None and self._snapshot[0] == version:
+            self.learner.restore(self._snapshot[1])
+            self._snapshot = None
             return
         raise MeshChanged(f"{self.name} holds version {self.learner.version}, cannot serve {version}")
 
@@ -214,12 +216,13 @@ class LearnerActor:
                 raise MeshChanged(f"{self.name} is in epoch {self.mesh.epoch}, not {epoch}")
             self._roll_back_to(version)
             snap = self.learner.snapshot()
+            # published before the update moves the version on: `version` stays servable
+            self._snapshot = (version, snap)
             try:
                 out = self.learner.update(fragments, env_steps_sampled, sgd_steps_per_epoch)
             except BaseException:
                 self.learner.restore(snap)
                 raise
-            self._snapshot, self._snapshot_version = snap, version
             out["rank"] = self.mesh.rank
             return out
         finally:
@@ -240,10 +243,9 @@ class LearnerActor:
         self._acquire()
         try:
             self.learner.set_state(state)
-            self.learner._init_optimizer_state()
             if version is not None:
                 self.learner.version = int(version)
-            self._snapshot, self._snapshot_version = None, -1
+            self._snapshot = None
             return {"version": self.learner.version}
         finally:
             self._lock.release()
@@ -254,7 +256,8 @@ class LearnerActor:
         self._acquire()
         try:
             self.learner.set_weights(version, weights)
-            self._snapshot, self._snapshot_version = None, -1
+            self.learner.reset_optimizer()
+            self._snapshot = None
             return {"version": self.learner.version}
         finally:
             self._lock.release()

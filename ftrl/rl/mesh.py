@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -38,9 +39,6 @@ from ftrl.wire.errors import FtrlError
 
 log = logging.getLogger(__name__)
 
-#: Old process groups kept (not destroyed) at most; older ones are dropped once their
-#: ops must have timed out.
-GRAVEYARD = 8
 
 
 class MeshError(FtrlError):
@@ -83,7 +81,9 @@ class EpochMesh:
         self.pg: Any = None
         self._cond = threading.Condition()
         self._aborted_below = 0
-        self._graveyard: list[tuple[float, Any, Any]] = []
+        # left groups, kept referenced (not destroyed) until any op they had in flight must
+        # have timed out: (left at, group, store client)
+        self._graveyard: deque[tuple[float, Any, Any]] = deque()
         self._store_client: Any = None
 
     # ------------------------------------------------------------------ epochs
@@ -95,11 +95,12 @@ class EpochMesh:
                 return
             self._aborted_below = epoch
             self._cond.notify_all()
-        if self.pg is not None and self.epoch < epoch and self.backend == "nccl":
+            pg, pg_epoch = self.pg, self.epoch  # read together: `enter` sets both under the lock
+        if pg is not None and pg_epoch < epoch and self.backend == "nccl":
             try:
-                self.pg.abort()
+                pg.abort()
             except Exception as e:  # pragma: no cover - NCCL only
-                log.warning("aborting the NCCL group of epoch %d: %s", self.epoch, e)
+                log.warning("aborting the NCCL group of epoch %d: %s", pg_epoch, e)
 
     def _check(self, epoch: int) -> None:
         if epoch < self._aborted_below:
@@ -131,8 +132,9 @@ class EpochMesh:
             return dist.ProcessGroupGloo(store, rank, world_size, opts), client
 
         pg, client = self._run_abortable(make, epoch, f"forming epoch {epoch}")
-        self.pg, self._store_client = pg, client
-        self.epoch, self.rank, self.world_size = epoch, rank, world_size
+        with self._cond:
+            self.pg, self._store_client = pg, client
+            self.epoch, self.rank, self.world_size = epoch, rank, world_size
         return time.monotonic() - t0
 
     def leave(self) -> None:
@@ -140,13 +142,12 @@ class EpochMesh:
         if self.pg is None:
             return
         now = time.monotonic()
-        self._graveyard.append((now, self.pg, self._store_client))
-        self.pg, self._store_client = None, None
-        self.rank, self.world_size = -1, 0
-        if len(self._graveyard) > GRAVEYARD:
-            born, _, _ = self._graveyard[0]
-            if now - born > 2 * self.timeout_s:
-                self._graveyard.pop(0)
+        with self._cond:
+            self._graveyard.append((now, self.pg, self._store_client))
+            self.pg, self._store_client = None, None
+            self.rank, self.world_size = -1, 0
+        while self._graveyard and now - self._graveyard[0][0] > 2 * self.timeout_s:
+            self._graveyard.popleft()
 
     def _run_abortable(self, fn: Callable[[], Any], epoch: int, what: str) -> Any:
         """Run a blocking call (group construction) on a thread; give up on abort or timeout."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from ftrl.config import PPOConfig
 from ftrl.rl.env_runner import EnvRunner
@@ -76,3 +77,28 @@ def test_state_with_other_shapes_is_refused():
         b = PPOLearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
         with pytest.raises(ValueError, match=match):
             b.set_state(a.get_state())
+
+
+def test_flat_buffers_live_where_the_model_does():
+    """A GPU learner's flat parameter and grad must stay on its device ("meta" stands in
+    for CUDA here: a buffer made on the CPU would not take a meta tensor's values)."""
+    from ftrl.rl.learner import _flatten_parameters
+
+    params = [torch.nn.Parameter(torch.empty(3, 4, device="meta")), torch.nn.Parameter(torch.empty(5, device="meta"))]
+    flat, grad = _flatten_parameters(params)
+    assert flat.device.type == "meta" and grad.device.type == "meta" and flat.numel() == 17
+    assert all(p.device.type == "meta" and p.grad.device.type == "meta" for p in params)
+
+
+def test_reset_optimizer_makes_the_next_update_that_of_a_fresh_learner():
+    runner, trained = _setup(seed=3)
+    frag = runner.sample()["batch"]
+    trained.update([frag])  # Adam has moments now
+    _, fresh = _setup(seed=3)
+    fresh.set_weights(*trained.get_weights())
+    trained.reset_optimizer()
+    trained.rng = np.random.default_rng(0)
+    fresh.rng = np.random.default_rng(0)
+    trained.update([frag])
+    fresh.update([frag])
+    np.testing.assert_array_equal(trained.get_weights()[1], fresh.get_weights()[1])
