@@ -22,6 +22,18 @@ class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NODE_ALIVE: _ClassVar[NodeState]
     NODE_LOST: _ClassVar[NodeState]
     NODE_EXCLUDED: _ClassVar[NodeState]
+    NODE_DRAINING: _ClassVar[NodeState]
+
+class JobStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STAGE_UNSPECIFIED: _ClassVar[JobStage]
+    JOB_PENDING: _ClassVar[JobStage]
+    JOB_STARTING: _ClassVar[JobStage]
+    JOB_RUNNING: _ClassVar[JobStage]
+    JOB_RECOVERING: _ClassVar[JobStage]
+    JOB_FINISHED: _ClassVar[JobStage]
+    JOB_STOPPED: _ClassVar[JobStage]
+    JOB_FAILED: _ClassVar[JobStage]
 
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -34,6 +46,9 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_NODE_LOST: _ClassVar[EventType]
     EVENT_NODE_JOINED: _ClassVar[EventType]
     EVENT_NODE_EXCLUDED: _ClassVar[EventType]
+    EVENT_JOB: _ClassVar[EventType]
+    EVENT_NODE_DRAINING: _ClassVar[EventType]
+    EVENT_NODE_READMITTED: _ClassVar[EventType]
 
 class ReportKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -53,6 +68,15 @@ NODE_STATE_UNSPECIFIED: NodeState
 NODE_ALIVE: NodeState
 NODE_LOST: NodeState
 NODE_EXCLUDED: NodeState
+NODE_DRAINING: NodeState
+JOB_STAGE_UNSPECIFIED: JobStage
+JOB_PENDING: JobStage
+JOB_STARTING: JobStage
+JOB_RUNNING: JobStage
+JOB_RECOVERING: JobStage
+JOB_FINISHED: JobStage
+JOB_STOPPED: JobStage
+JOB_FAILED: JobStage
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_CREATED: EventType
 EVENT_ALIVE: EventType
@@ -62,6 +86,9 @@ EVENT_DEAD: EventType
 EVENT_NODE_LOST: EventType
 EVENT_NODE_JOINED: EventType
 EVENT_NODE_EXCLUDED: EventType
+EVENT_JOB: EventType
+EVENT_NODE_DRAINING: EventType
+EVENT_NODE_READMITTED: EventType
 REPORT_KIND_UNSPECIFIED: ReportKind
 REPORT_STARTED: ReportKind
 REPORT_EXITED: ReportKind
@@ -251,30 +278,38 @@ class RegisterNodeRequest(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., session_id: _Optional[str] = ..., address: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., slots: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningActor, _Mapping]]] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., previous_epoch: _Optional[int] = ...) -> None: ...
 
 class StopActor(_message.Message):
-    __slots__ = ("name", "incarnation", "reason", "fenced")
+    __slots__ = ("name", "incarnation", "reason", "fenced", "drain")
     NAME_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
     name: str
     incarnation: int
     reason: str
     fenced: bool
-    def __init__(self, name: _Optional[str] = ..., incarnation: _Optional[int] = ..., reason: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+    drain: bool
+    def __init__(self, name: _Optional[str] = ..., incarnation: _Optional[int] = ..., reason: _Optional[str] = ..., fenced: _Optional[bool] = ..., drain: _Optional[bool] = ...) -> None: ...
 
 class RegisterNodeReply(_message.Message):
-    __slots__ = ("node_epoch", "heartbeat_interval_s", "heartbeat_timeout_s", "stop", "coordinator_id")
+    __slots__ = ("node_epoch", "heartbeat_interval_s", "heartbeat_timeout_s", "stop", "coordinator_id", "restart_backoff_base_s", "restart_backoff_cap_s", "quick_crash_s")
     NODE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    RESTART_BACKOFF_BASE_S_FIELD_NUMBER: _ClassVar[int]
+    RESTART_BACKOFF_CAP_S_FIELD_NUMBER: _ClassVar[int]
+    QUICK_CRASH_S_FIELD_NUMBER: _ClassVar[int]
     node_epoch: int
     heartbeat_interval_s: float
     heartbeat_timeout_s: float
     stop: _containers.RepeatedCompositeFieldContainer[StopActor]
     coordinator_id: str
-    def __init__(self, node_epoch: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stop: _Optional[_Iterable[_Union[StopActor, _Mapping]]] = ..., coordinator_id: _Optional[str] = ...) -> None: ...
+    restart_backoff_base_s: float
+    restart_backoff_cap_s: float
+    quick_crash_s: float
+    def __init__(self, node_epoch: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stop: _Optional[_Iterable[_Union[StopActor, _Mapping]]] = ..., coordinator_id: _Optional[str] = ..., restart_backoff_base_s: _Optional[float] = ..., restart_backoff_cap_s: _Optional[float] = ..., quick_crash_s: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("seq", "num_actors")
@@ -311,16 +346,24 @@ class ActorReport(_message.Message):
     def __init__(self, name: _Optional[str] = ..., incarnation: _Optional[int] = ..., kind: _Optional[_Union[ReportKind, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., error_type: _Optional[str] = ..., restarting_locally: _Optional[bool] = ..., next_incarnation: _Optional[int] = ..., at: _Optional[float] = ...) -> None: ...
 
 class NodeMessage(_message.Message):
-    __slots__ = ("node_id", "epoch", "heartbeat", "report")
+    __slots__ = ("node_id", "epoch", "heartbeat", "report", "drain")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     epoch: int
     heartbeat: Heartbeat
     report: ActorReport
-    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., report: _Optional[_Union[ActorReport, _Mapping]] = ...) -> None: ...
+    drain: Drain
+    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., report: _Optional[_Union[ActorReport, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ...) -> None: ...
+
+class Drain(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class StartActor(_message.Message):
     __slots__ = ("spec", "incarnation", "restarts", "delay_s", "local_until")
@@ -447,6 +490,140 @@ class ClusterInfo(_message.Message):
     max_node_failures: int
     event_seq: int
     def __init__(self, coordinator_id: _Optional[str] = ..., version: _Optional[str] = ..., uptime_s: _Optional[float] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., max_node_failures: _Optional[int] = ..., event_seq: _Optional[int] = ...) -> None: ...
+
+class JobInfo(_message.Message):
+    __slots__ = ("job_id", "stage", "iteration", "env_steps_sampled", "metrics", "reason", "output_dir", "config", "num_env_runners", "num_learners", "stop_requested", "submitted_at", "stage_since", "last_checkpoint", "seq", "resume", "actors", "driver_incarnation")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ENV_STEPS_SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIR_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    NUM_ENV_RUNNERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    STOP_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STAGE_SINCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    ACTORS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    stage: JobStage
+    iteration: int
+    env_steps_sampled: int
+    metrics: bytes
+    reason: str
+    output_dir: str
+    config: bytes
+    num_env_runners: int
+    num_learners: int
+    stop_requested: bool
+    submitted_at: float
+    stage_since: float
+    last_checkpoint: str
+    seq: int
+    resume: bool
+    actors: _containers.RepeatedScalarFieldContainer[str]
+    driver_incarnation: int
+    def __init__(self, job_id: _Optional[str] = ..., stage: _Optional[_Union[JobStage, str]] = ..., iteration: _Optional[int] = ..., env_steps_sampled: _Optional[int] = ..., metrics: _Optional[bytes] = ..., reason: _Optional[str] = ..., output_dir: _Optional[str] = ..., config: _Optional[bytes] = ..., num_env_runners: _Optional[int] = ..., num_learners: _Optional[int] = ..., stop_requested: _Optional[bool] = ..., submitted_at: _Optional[float] = ..., stage_since: _Optional[float] = ..., last_checkpoint: _Optional[str] = ..., seq: _Optional[int] = ..., resume: _Optional[bool] = ..., actors: _Optional[_Iterable[str]] = ..., driver_incarnation: _Optional[int] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("job_id", "config", "output_dir", "resume")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIR_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    config: bytes
+    output_dir: str
+    resume: bool
+    def __init__(self, job_id: _Optional[str] = ..., config: _Optional[bytes] = ..., output_dir: _Optional[str] = ..., resume: _Optional[bool] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id", "wait_s", "after_seq")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    wait_s: float
+    after_seq: int
+    def __init__(self, job_id: _Optional[str] = ..., wait_s: _Optional[float] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListJobsReply(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobInfo]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobInfo, _Mapping]]] = ...) -> None: ...
+
+class ScaleJobRequest(_message.Message):
+    __slots__ = ("job_id", "num_env_runners", "num_learners")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_ENV_RUNNERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    num_env_runners: int
+    num_learners: int
+    def __init__(self, job_id: _Optional[str] = ..., num_env_runners: _Optional[int] = ..., num_learners: _Optional[int] = ...) -> None: ...
+
+class StopJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class JobResultsRequest(_message.Message):
+    __slots__ = ("job_id", "after_iteration", "follow")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    after_iteration: int
+    follow: bool
+    def __init__(self, job_id: _Optional[str] = ..., after_iteration: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class JobResult(_message.Message):
+    __slots__ = ("iteration", "row")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    row: bytes
+    def __init__(self, iteration: _Optional[int] = ..., row: _Optional[bytes] = ...) -> None: ...
+
+class JobReport(_message.Message):
+    __slots__ = ("job_id", "incarnation", "stage", "iteration", "env_steps_sampled", "rows", "last_checkpoint", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ENV_STEPS_SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    incarnation: int
+    stage: JobStage
+    iteration: int
+    env_steps_sampled: int
+    rows: _containers.RepeatedCompositeFieldContainer[JobResult]
+    last_checkpoint: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., stage: _Optional[_Union[JobStage, str]] = ..., iteration: _Optional[int] = ..., env_steps_sampled: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[JobResult, _Mapping]]] = ..., last_checkpoint: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReadmitNodeRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
 
 class MeshMember(_message.Message):
     __slots__ = ("name", "incarnation", "store_address", "host", "rank")

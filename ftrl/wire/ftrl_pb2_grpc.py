@@ -104,6 +104,46 @@ class CoordinatorStub:
                 request_serializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesRequest.SerializeToString,
                 response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesReply.FromString,
                 _registered_method=True)
+        self.SubmitJob = channel.unary_unary(
+                '/ftrl.v1.Coordinator/SubmitJob',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.SubmitJobRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.GetJob = channel.unary_unary(
+                '/ftrl.v1.Coordinator/GetJob',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/ftrl.v1.Coordinator/ListJobs',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ListJobsReply.FromString,
+                _registered_method=True)
+        self.ScaleJob = channel.unary_unary(
+                '/ftrl.v1.Coordinator/ScaleJob',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.ScaleJobRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.StopJob = channel.unary_unary(
+                '/ftrl.v1.Coordinator/StopJob',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.StopJobRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.JobResults = channel.unary_stream(
+                '/ftrl.v1.Coordinator/JobResults',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobResultsRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobResult.FromString,
+                _registered_method=True)
+        self.ReportJob = channel.unary_unary(
+                '/ftrl.v1.Coordinator/ReportJob',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobReport.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.ReadmitNode = channel.unary_unary(
+                '/ftrl.v1.Coordinator/ReadmitNode',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.ReadmitNodeRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.NodeInfo.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -196,6 +236,56 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitJob(self, request, context):
+        """Jobs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScaleJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JobResults(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadmitNode(self, request, context):
+        """Operators.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -268,6 +358,46 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ListMeshes,
                     request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesRequest.FromString,
                     response_serializer=ftrl_dot_wire_dot_ftrl__pb2.ListMeshesReply.SerializeToString,
+            ),
+            'SubmitJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitJob,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.SubmitJobRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.SerializeToString,
+            ),
+            'GetJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJob,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.GetJobRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ListJobsRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.ListJobsReply.SerializeToString,
+            ),
+            'ScaleJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScaleJob,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ScaleJobRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.SerializeToString,
+            ),
+            'StopJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopJob,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.StopJobRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.SerializeToString,
+            ),
+            'JobResults': grpc.unary_stream_rpc_method_handler(
+                    servicer.JobResults,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobResultsRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobResult.SerializeToString,
+            ),
+            'ReportJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportJob,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.JobReport.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.JobInfo.SerializeToString,
+            ),
+            'ReadmitNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadmitNode,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ReadmitNodeRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.NodeInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -648,6 +778,222 @@ class Coordinator:
             '/ftrl.v1.Coordinator/ListMeshes',
             ftrl_dot_wire_dot_ftrl__pb2.ListMeshesRequest.SerializeToString,
             ftrl_dot_wire_dot_ftrl__pb2.ListMeshesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/SubmitJob',
+            ftrl_dot_wire_dot_ftrl__pb2.SubmitJobRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/GetJob',
+            ftrl_dot_wire_dot_ftrl__pb2.GetJobRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/ListJobs',
+            ftrl_dot_wire_dot_ftrl__pb2.ListJobsRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.ListJobsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScaleJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/ScaleJob',
+            ftrl_dot_wire_dot_ftrl__pb2.ScaleJobRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/StopJob',
+            ftrl_dot_wire_dot_ftrl__pb2.StopJobRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobResults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/JobResults',
+            ftrl_dot_wire_dot_ftrl__pb2.JobResultsRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.JobResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/ReportJob',
+            ftrl_dot_wire_dot_ftrl__pb2.JobReport.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadmitNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ftrl.v1.Coordinator/ReadmitNode',
+            ftrl_dot_wire_dot_ftrl__pb2.ReadmitNodeRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.NodeInfo.FromString,
             options,
             channel_credentials,
             insecure,
