@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 from common import emit, env_with_repo, summary
 
+from ftrl import __version__
 from ftrl.client.aio import AsyncClient
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
@@ -77,7 +78,7 @@ async def run_count(n: int, seconds: float, port: int) -> dict:
         node_id = f"sim-{i}"
         reply = await stub.RegisterNode(pb.RegisterNodeRequest(
             node_id=node_id, session_id=f"s{i}", address="127.0.0.1", resources={"cpu": 1},
-            slots=1), timeout=60, metadata=md)
+            slots=1, version=__version__), timeout=60, metadata=md)
         registered += 1
         call = stub.Connect(metadata=md)
         sent: dict[int, float] = {}

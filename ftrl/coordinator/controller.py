@@ -22,6 +22,7 @@ Failover policy, in one place:
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import time
@@ -35,11 +36,13 @@ from ftrl.coordinator.events import EventLog
 from ftrl.coordinator.launcher import LoggingLauncher, NodeLauncher
 from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState
 from ftrl.coordinator.rendezvous import MeshRegistry
-from ftrl.util.backoff import restart_delay
+from ftrl.coordinator.store import Batch, MemoryStore, SQLiteStore
+from ftrl.util.restart_policy import RestartPolicy
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire.errors import (
     AlreadyExistsError,
+    FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
@@ -93,6 +96,13 @@ class ControllerConfig:
     adopt_unknown_actors: bool = True  # no durable state: trust what workers report
     lost_node_retention_s: float = 3600.0  # forget an empty LOST node after this long
     max_actors: int = MAX_ACTORS
+    node_failure_window_s: float = 3600.0  # max_node_failures counts failures this recent
+    restart_grace_s: float | None = None  # after a restart, wait this long for workers (None: heartbeat timeout)
+    job_unhealthy_timeout_s: float = 300.0  # a running job with no live runner this long FAILS
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        return RestartPolicy(self.restart_backoff_base_s, self.restart_backoff_cap_s, self.quick_crash_s)
 
     def validate(self) -> None:
         if not (0 < self.heartbeat_interval_s < self.heartbeat_timeout_s):
@@ -100,9 +110,29 @@ class ControllerConfig:
                 "need 0 < heartbeat interval < heartbeat timeout, got "
                 f"{self.heartbeat_interval_s} and {self.heartbeat_timeout_s}"
             )
+        if self.node_failure_window_s <= 0:
+            raise InvalidArgumentError("node_failure_window_s must be > 0")
+        try:
+            self.restart_policy.validate()
+        except ValueError as e:
+            raise InvalidArgumentError(str(e)) from None
 
 
 Send = Callable[[str, pb.CoordinatorMessage], bool]
+
+
+def durable(method):
+    """Write every record the call changed in one transaction before it returns (and so
+    before the caller is answered), also when it raised after changing something."""
+
+    @functools.wraps(method)
+    def wrapper(self: Controller, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.flush()
+
+    return wrapper
 
 
 class Controller:
@@ -114,6 +144,8 @@ class Controller:
         send: Send | None = None,
         launcher: NodeLauncher | None = None,
         clock: Callable[[], float] = time.monotonic,
+        store: MemoryStore | SQLiteStore | None = None,
+        recover: bool = False,
     ) -> None:
         self.config = config or ControllerConfig()
         self.config.validate()
@@ -134,6 +166,91 @@ class Controller:
         self.on_actor_change: Callable[[str], None] = lambda name: None
         self.meshes = MeshRegistry(self.actors.get)
         self.on_node_fenced: Callable[[str], None] = lambda node_id: None
+        self.policy = self.config.restart_policy
+        self.store = store or MemoryStore()
+        # Without durable state the first worker report is the truth; with it, an actor
+        # we have no record of is stopped (unless rebuilding a lost database: --recover).
+        self.adopt_unknown = self.config.adopt_unknown_actors and (recover or not self.store.durable)
+        self._dirty_actors: set[str] = set()
+        self._dirty_nodes: set[str] = set()
+        self._saved_meta: dict[str, int] = {}
+        self._grace_until = 0.0
+        self._awaited: set[str] = set()  # restored nodes not registered again yet
+        from ftrl.coordinator.jobs import JobTable  # after the records it builds on
+
+        self.jobs = JobTable(self)
+        self.restored = self._restore()
+
+    # ------------------------------------------------------------------ durable state
+
+    def _restore(self) -> bool:
+        """Load the records of an earlier coordinator on this state dir. Nodes wait up
+        to the grace period to register again with what they run; nothing is placed
+        until then, so an actor still running is adopted, not started twice."""
+        loaded = self.store.load()
+        if not any(loaded.tables.values()):
+            return False
+        now = self.clock()
+        meta = {k: int.from_bytes(v, "big") for k, v in loaded.meta.items()}
+        self._saved_meta = dict(meta)
+        self._last_epoch = meta.get("last_epoch", 0)
+        self.events.seq = meta.get("event_seq", 0)
+        for name, row in loaded.tables["actors"].items():
+            rec = ActorRecord.from_row(row)
+            self.actors[name] = rec
+        for node_id, row in loaded.tables["nodes"].items():
+            node = NodeRecord.from_row(node_id, row, now)
+            self.nodes[node_id] = node
+            if node.state != NodeState.LOST:
+                self._by_heartbeat[node_id] = None
+        for rec in self.actors.values():
+            node = self.nodes.get(rec.node_id)
+            if rec.state == ActorState.DEAD:
+                continue
+            if node is not None and node.state != NodeState.LOST:
+                node.reserve(rec.name, rec.resources)
+            if rec.state in (ActorState.PENDING, ActorState.RESTARTING):
+                self._waiting.add(rec.name)
+            elif rec.state == ActorState.STARTING and (node is None or node.state == NodeState.LOST):
+                rec.node_id = ""
+                rec.set_state(ActorState.PENDING)
+                self._waiting.add(rec.name)
+        grace = self.config.restart_grace_s
+        self._grace_until = now + (self.config.heartbeat_timeout_s if grace is None else grace)
+        self._awaited = {n.node_id for n in self.nodes.values() if n.state != NodeState.LOST}
+        self._wake_at = self._grace_until
+        self.jobs.restore(loaded.tables["jobs"])
+        log.info("restored %d nodes, %d actors and %d jobs from the state store; waiting up to "
+                 "%.1fs for workers to re-register", len(self.nodes), len(self.actors),
+                 len(self.jobs.jobs), self._grace_until - now)
+        return True
+
+    def in_grace(self) -> bool:
+        return self.clock() < self._grace_until
+
+    def mark_node(self, node_id: str) -> None:
+        self._dirty_nodes.add(node_id)
+
+    def flush(self) -> None:
+        """Commit every changed record in one transaction."""
+        batch = Batch()
+        for name in self._dirty_actors:
+            rec = self.actors.get(name)
+            batch.put("actors", name, rec.to_row() if rec is not None else None)
+        for node_id in self._dirty_nodes:
+            node = self.nodes.get(node_id)
+            batch.put("nodes", node_id, node.to_row() if node is not None else None)
+        self.jobs.collect(batch)
+        meta = {"last_epoch": self._last_epoch, "event_seq": self.events.seq}
+        for key, value in meta.items():
+            if self._saved_meta.get(key) != value:
+                batch.meta[key] = value.to_bytes(8, "big")
+        if not batch:
+            return
+        self.store.commit(batch)
+        self._saved_meta.update(meta)
+        self._dirty_actors.clear()
+        self._dirty_nodes.clear()
 
     # ------------------------------------------------------------------ helpers
 
@@ -143,7 +260,9 @@ class Controller:
         return self._last_epoch
 
     def _changed(self, rec: ActorRecord) -> None:
+        self._dirty_actors.add(rec.name)
         self.meshes.actor_changed(rec.name)
+        self.jobs.actor_changed(rec)
         self.on_actor_change(rec.name)
 
     def _emit(self, type_: int, rec: ActorRecord | None = None, node_id: str = "", message: str = ""):
@@ -153,6 +272,7 @@ class Controller:
                 self.meshes.actor_died(rec.name, rec.incarnation, message)
             self._changed(rec)
         else:
+            self._dirty_nodes.add(node_id)
             self.events.emit(type_, node_id=node_id, message=message)
 
     def _stop(self, node_id: str, name: str, incarnation: int, reason: str, fenced: bool = False) -> None:
@@ -190,6 +310,7 @@ class Controller:
 
     # ------------------------------------------------------------------ nodes
 
+    @durable
     def register_node(self, req: pb.RegisterNodeRequest) -> pb.RegisterNodeReply:
         """A worker (re)joins. Reconciles the actors it reports with our records."""
         check_name(req.node_id, "node id")
@@ -202,6 +323,10 @@ class Controller:
             raise ResourceExhaustedError(
                 f"{len(req.running)} running actors reported; the limit is {MAX_RUNNING_REPORTED}"
             )
+        if req.version != __version__:
+            raise FailedPreconditionError(
+                f"worker {req.node_id!r} runs ftrl {req.version or '(unknown)'} but this coordinator "
+                f"runs ftrl {__version__}; install the same version on every node")
         now = self.clock()
         old = self.nodes.get(req.node_id)
         if (
@@ -231,18 +356,28 @@ class Controller:
         if old is not None:
             if old.connected:
                 self.on_node_fenced(old.node_id)  # close the old stream
-            if not relaunched:
-                node.failures = old.failures
-                # Still excluded, also when it was LOST meanwhile: only a relaunch
-                # (a new session) clears an exclusion.
+            # A node keeps its failures and its exclusion across worker restarts (under
+            # systemd Restart=always a crash-looping node would otherwise never be
+            # excluded); only an explicit relaunch by the launcher or an operator's
+            # `ftrl node readmit` starts it clean.
+            if not (relaunched and old.relaunch_pending):
+                node.failure_times = list(old.failure_times)
+                node.relaunch_pending = old.relaunch_pending
+                node.expire_failures(self.config.node_failure_window_s)
                 limit = self.config.max_node_failures
-                if old.state == NodeState.EXCLUDED or (limit >= 0 and old.failures > limit):
-                    node.state = NodeState.EXCLUDED
+                if old.state == NodeState.EXCLUDED or (limit >= 0 and node.failures > limit):
+                    node.state = NodeState.EXCLUDED  # also when it was LOST meanwhile
             # Actors placed there stay assigned; reconciliation below decides.
             node.actors = set(old.actors)
             node.used = dict(old.used)
             node.pending_stops = dict(old.pending_stops)
         self.nodes[req.node_id] = node
+        self._dirty_nodes.add(req.node_id)
+        if self._awaited:
+            self._awaited.discard(req.node_id)
+            if not self._awaited:  # every node is back: no need to wait any longer
+                self._grace_until = now
+                self._capacity_changed()
         self._by_heartbeat[req.node_id] = None
         self._by_heartbeat.move_to_end(req.node_id)
         stops = self._reconcile(node, req.running, was_lost=old is not None and old.state == NodeState.LOST)
@@ -258,6 +393,9 @@ class Controller:
             heartbeat_timeout_s=self.config.heartbeat_timeout_s,
             stop=stops,
             coordinator_id=self.coordinator_id,
+            restart_backoff_base_s=self.policy.backoff_base_s,
+            restart_backoff_cap_s=self.policy.backoff_cap_s,
+            quick_crash_s=self.policy.quick_crash_s,
         )
 
     def _reconcile(self, node: NodeRecord, running, was_lost: bool) -> list[pb.StopActor]:
@@ -276,9 +414,10 @@ class Controller:
                                           reason=f"refused: {e}", fenced=True))
                 continue
             reported.add(name)
+            self._dirty_actors.add(name)
             rec = self.actors.get(name)
             if rec is None:
-                if self.config.adopt_unknown_actors and not was_lost:
+                if self.adopt_unknown and not was_lost:
                     self._adopt(node, ra)
                 else:
                     stops.append(pb.StopActor(name=name, incarnation=ra.incarnation,
@@ -296,7 +435,7 @@ class Controller:
                 if ra.address:
                     self._set_alive(rec)
             elif (rec.adopted and rec.state != ActorState.DEAD and ra.incarnation > rec.incarnation
-                  and self.config.adopt_unknown_actors and not was_lost):
+                  and self.adopt_unknown and not was_lost):
                 # Without durable state the first report won; this one is newer (the
                 # older copy is a leftover of a partition): keep this one, fence that.
                 self._readopt(rec, node, ra)
@@ -349,6 +488,7 @@ class Controller:
         rec.set_state(ActorState.ALIVE if ra.address else ActorState.STARTING)
         self._emit(E.EVENT_ALIVE, rec, message=f"adopted the newer incarnation from {node.node_id}")
 
+    @durable
     def connect_node(self, node_id: str, epoch: int) -> NodeRecord:
         """The node's stream is open: it can receive commands now."""
         node = self.node(node_id, epoch)
@@ -402,8 +542,54 @@ class Controller:
             self._stop(node.node_id, name, rec.incarnation, f"node excluded: {reason}", fenced=True)
             node.release(name, rec.resources)
             self._move(rec, f"node {node.node_id} excluded")
-        self.launcher.relaunch(node, reason)
+        if self.launcher.relaunch(node, reason):
+            node.relaunch_pending = True
 
+    @durable
+    def drain_node(self, node_id: str, epoch: int, reason: str) -> None:
+        """The node's worker got SIGTERM: place nothing more there and move its actors
+        away, each stopped gracefully first (a driver checkpoints) and then started on
+        another node when its worker reports it stopped."""
+        node = self.node(node_id, epoch)
+        if node.state == NodeState.DRAINING:
+            return
+        node.state = NodeState.DRAINING
+        self._capacity_changed()
+        why = f"node {node_id} draining: {reason or 'its worker was told to stop'}"
+        log.warning("%s; moving %d actors", why, len(node.actors))
+        self._emit(E.EVENT_NODE_DRAINING, node_id=node_id, message=reason)
+        for name in sorted(node.actors):
+            rec = self.actors.get(name)
+            if rec is None or rec.node_id != node_id or rec.state == ActorState.DEAD:
+                continue
+            if rec.state in (ActorState.PENDING, ActorState.RESTARTING) and name in self._waiting:
+                node.release(name, rec.resources)
+                rec.node_id = ""
+                continue
+            stop = pb.StopActor(name=name, incarnation=rec.incarnation, reason=why, drain=True)
+            self.send(node_id, pb.CoordinatorMessage(stop=stop))
+
+    def _drained(self, node: NodeRecord, rec: ActorRecord, reason: str) -> None:
+        """An actor of a draining node stopped: start it elsewhere (not a restart)."""
+        node.release(rec.name, rec.resources)
+        self._move(rec, f"moved off draining node {node.node_id}: {reason}")
+
+    @durable
+    def readmit_node(self, node_id: str) -> NodeRecord:
+        """An operator re-admits an EXCLUDED node: its failure count starts again."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise NotFoundError(f"no node {node_id!r}; `ftrl status` lists the nodes")
+        if node.state != NodeState.EXCLUDED:
+            raise FailedPreconditionError(f"node {node_id!r} is {node.state.value}, not EXCLUDED")
+        node.failure_times, node.failures = [], 0
+        node.state = NodeState.ALIVE
+        self._capacity_changed()
+        log.warning("node %s re-admitted by an operator", node_id)
+        self._emit(E.EVENT_NODE_READMITTED, node_id=node_id, message="re-admitted by an operator")
+        return node
+
+    @durable
     def tick(self) -> None:
         """Periodic work: declare silent nodes lost, start actors whose backoff ended."""
         now = self.clock()
@@ -420,6 +606,7 @@ class Controller:
         if self._dirty or now >= self._wake_at:
             self._pump()
         self._forget_lost_nodes(now)
+        self.jobs.tick(now)
 
     def _forget_lost_nodes(self, now: float) -> None:
         """Drop records of nodes lost for longer than `lost_node_retention_s` that hold
@@ -430,6 +617,7 @@ class Controller:
                         if n.state == NodeState.LOST and now - n.lost_at > retention
                         and not n.actors and not n.pending_stops]:
             del self.nodes[node_id]
+            self._dirty_nodes.add(node_id)
 
     # ------------------------------------------------------------------ placement
 
@@ -474,8 +662,9 @@ class Controller:
 
     def _try_start(self, rec: ActorRecord, no_room: set[tuple] | None = None) -> bool:
         """Send StartActor for a waiting actor if a node has room; True if sent."""
-        if rec.start_at > self.clock():
-            self._wake_at = min(self._wake_at, rec.start_at)
+        start_at = max(rec.start_at, self._grace_until)
+        if start_at > self.clock():
+            self._wake_at = min(self._wake_at, start_at)
             return False
         node = self.nodes.get(rec.node_id) if rec.node_id else None
         if node is None or not node.schedulable() or rec.name not in node.actors:
@@ -537,11 +726,11 @@ class Controller:
         self._emit(E.EVENT_RESTARTED if restarted else E.EVENT_ALIVE, rec)
 
     def _has_restarts_left(self, rec: ActorRecord) -> bool:
-        return rec.spec.max_restarts < 0 or rec.restarts < rec.spec.max_restarts
+        return self.policy.has_budget(rec.restarts, rec.spec.max_restarts)
 
     def _note_crash(self, rec: ActorRecord) -> None:
-        quick = rec.started_at == 0.0 or self.clock() - rec.started_at < self.config.quick_crash_s
-        rec.crash_streak = rec.crash_streak + 1 if quick else 1
+        alive_for = None if rec.started_at == 0.0 else self.clock() - rec.started_at
+        rec.crash_streak = self.policy.next_streak(rec.crash_streak, alive_for)
 
     @staticmethod
     def _out_of_restarts(rec: ActorRecord, reason: str) -> str:
@@ -575,17 +764,17 @@ class Controller:
         self._emit(E.EVENT_DIED, rec, message=reason)
         self._note_crash(rec)
         if count_node_failure and node is not None:
-            node.failures += 1
+            self._count_failure(node)
         if not self._has_restarts_left(rec):
             self._mark_dead(rec, self._out_of_restarts(rec, reason), error_type)
         else:
             rec.restarts += 1
             rec.incarnation = rec.incarnation + 1 if same_node else self._incarnation_elsewhere(rec)
             rec.address, rec.pid = "", 0
+            rec.death_reason = reason
             rec.set_state(ActorState.RESTARTING)
-            delay = restart_delay(rec.crash_streak - 1, self.config.restart_backoff_base_s,
-                                  self.config.restart_backoff_cap_s)
-            rec.start_at = self.clock() + delay
+            self._changed(rec)
+            rec.start_at = self.clock() + self.policy.delay(rec.crash_streak)
             if not same_node and node is not None:
                 node.release(rec.name, rec.resources)
                 rec.node_id = ""
@@ -594,10 +783,15 @@ class Controller:
         if count_node_failure and node is not None and self._over_node_limit(node):
             self._exclude_node(node)
 
+    def _count_failure(self, node: NodeRecord) -> None:
+        node.count_failure(self.config.node_failure_window_s)
+        self._dirty_nodes.add(node.node_id)
+
     def _over_node_limit(self, node: NodeRecord) -> bool:
         limit = self.config.max_node_failures
         return node.state == NodeState.ALIVE and limit >= 0 and node.failures > limit
 
+    @durable
     def report(self, node_id: str, epoch: int, r: pb.ActorReport) -> None:
         """A worker tells us what happened to one of its actors."""
         node = self.node(node_id, epoch)
@@ -633,6 +827,8 @@ class Controller:
             self.events.emit(E.EVENT_DIED, rec.name, node_id, rec.incarnation, f"hung: {r.reason}")
             return
         if r.kind == pb.REPORT_STOPPED:
+            if node.state == NodeState.DRAINING and rec.state != ActorState.DEAD:
+                self._drained(node, rec, r.reason)
             return
         if r.kind == pb.REPORT_START_FAILED and not rec.ever_alive:
             # The first construction failed: almost always a bad class path or kwargs.
@@ -643,7 +839,7 @@ class Controller:
         if r.kind == pb.REPORT_EXITED and r.restarting_locally:
             self._emit(E.EVENT_DIED, rec, message=reason)
             self._note_crash(rec)
-            node.failures += 1
+            self._count_failure(node)
             if not self._has_restarts_left(rec) or r.next_incarnation >= rec.local_until:
                 self._stop(node_id, rec.name, r.next_incarnation, "no restarts left")
                 self._mark_dead(rec, self._out_of_restarts(rec, reason))
@@ -651,6 +847,7 @@ class Controller:
                 rec.restarts += 1
                 rec.incarnation = r.next_incarnation
                 rec.address, rec.pid = "", 0
+                rec.death_reason = reason
                 rec.set_state(ActorState.RESTARTING)
                 self._changed(rec)
             if self._over_node_limit(node):
@@ -660,8 +857,12 @@ class Controller:
 
     # ------------------------------------------------------------------ client API
 
+    @durable
     def create_actor(self, spec: pb.ActorSpec, get_if_exists: bool = False) -> ActorRecord:
         """Register a new actor and place it; returns its record (PENDING or STARTING)."""
+        return self._create_actor(spec, get_if_exists)
+
+    def _create_actor(self, spec: pb.ActorSpec, get_if_exists: bool = False) -> ActorRecord:
         check_name(spec.name, "actor name")
         check_class_path(spec.class_path)
         if spec.owner:
@@ -720,9 +921,14 @@ class Controller:
     def _forget_dead(self) -> None:
         for name in [n for n, r in self.actors.items() if r.state == ActorState.DEAD]:
             del self.actors[name]
+            self._dirty_actors.add(name)
 
+    @durable
     def kill_actor(self, name: str, reason: str = "") -> ActorRecord:
         """Stop an actor for good (no restart)."""
+        return self._kill_actor(name, reason)
+
+    def _kill_actor(self, name: str, reason: str = "") -> ActorRecord:
         rec = self.actors.get(name)
         if rec is None:
             raise NotFoundError(f"no actor named {name!r}")
@@ -732,6 +938,24 @@ class Controller:
             self._stop(rec.node_id, name, rec.incarnation, reason or "killed")
         self._mark_dead(rec, f"killed: {reason}" if reason else "killed")
         return rec
+
+    # ------------------------------------------------------------------ jobs (each change durable)
+
+    @durable
+    def submit_job(self, req: pb.SubmitJobRequest):
+        return self.jobs.submit(req)
+
+    @durable
+    def scale_job(self, req: pb.ScaleJobRequest):
+        return self.jobs.scale(req)
+
+    @durable
+    def stop_job(self, job_id: str, reason: str = ""):
+        return self.jobs.stop(job_id, reason)
+
+    @durable
+    def report_job(self, report: pb.JobReport):
+        return self.jobs.report(report)
 
     def get_actor(self, name: str) -> ActorRecord:
         rec = self.actors.get(name)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ftrl.coordinator.controller import Controller, ControllerConfig
 from ftrl.coordinator.server import CoordinatorServer
+from ftrl.coordinator.store import open_store
 from ftrl.util.files import atomic_write_bytes
 from ftrl.util.runtime import stop_on_signals
 from ftrl.wire.security import Security, check_bind
@@ -36,6 +37,14 @@ class CoordinatorOptions:
     port_file: str | None = None
     create_rate: float = 200.0  # CreateActor calls per second per peer host
     create_burst: float = 2000.0
+    recover: bool = False  # rebuild from worker reports after moving an unreadable database aside
+    node_failure_window_s: float = 3600.0
+    job_unhealthy_timeout_s: float = 300.0
+
+
+def jobs_dir(state_dir: str | None) -> Path:
+    """Where jobs submitted without an output dir write: STATE_DIR/jobs (else ./ftrl_jobs)."""
+    return Path(state_dir).absolute() / "jobs" if state_dir else Path("ftrl_jobs").absolute()
 
 
 async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Event | None = None) -> None:
@@ -46,8 +55,20 @@ async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Even
         heartbeat_interval_s=opts.heartbeat_interval_s,
         heartbeat_timeout_s=opts.heartbeat_timeout_s,
         max_node_failures=opts.max_node_failures,
+        node_failure_window_s=opts.node_failure_window_s,
+        job_unhealthy_timeout_s=opts.job_unhealthy_timeout_s,
     )
-    controller = Controller(config)
+    store = open_store(opts.state_dir, recover=opts.recover)  # StateStoreError: refuse to start
+    try:
+        controller = Controller(config, store=store, recover=opts.recover)
+        controller.jobs.jobs_dir = jobs_dir(opts.state_dir)
+        await _serve(opts, security, controller, stop)
+    finally:
+        store.close()
+
+
+async def _serve(opts: CoordinatorOptions, security: Security, controller: Controller,
+                 stop: asyncio.Event | None) -> None:
     server = CoordinatorServer(controller, security, opts.host, opts.port,
                                create_rate=opts.create_rate, create_burst=opts.create_burst)
     port = await server.start()
@@ -63,9 +84,11 @@ async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Even
         log.warning("INSECURE: the coordinator accepts calls without a token from anyone who "
                     "can reach %s:%d", opts.host, port)
     log.info(
-        "ftrl coordinator %s listening on %s:%d (auth: %s, tls: %s, heartbeat %.1fs/%.1fs)",
+        "ftrl coordinator %s listening on %s:%d (auth: %s, tls: %s, heartbeat %.1fs/%.1fs, state: %s)",
         controller.coordinator_id, opts.host, port, auth, "on" if security.tls else "off",
         opts.heartbeat_interval_s, opts.heartbeat_timeout_s,
+        f"{opts.state_dir} ({'restored' if controller.restored else 'new'})" if opts.state_dir
+        else "in memory",
     )
     if opts.port_file:
         atomic_write_bytes(Path(opts.port_file), f"{port}\n".encode())

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import msgpack
+
 from ftrl.wire import ftrl_pb2 as pb
 
 
@@ -25,6 +27,7 @@ class NodeState(StrEnum):
     ALIVE = "ALIVE"
     LOST = "LOST"
     EXCLUDED = "EXCLUDED"
+    DRAINING = "DRAINING"
 
     @property
     def proto(self) -> int:
@@ -51,6 +54,41 @@ class NodeRecord:
     used: dict[str, float] = field(default_factory=dict)
     pending_stops: dict[str, pb.StopActor] = field(default_factory=dict)  # until it connects
     lost_at: float = 0.0  # monotonic time it was declared lost
+    failure_times: list[float] = field(default_factory=list)  # unix times, within the window
+    relaunch_pending: bool = False  # the launcher is replacing it: its next session starts clean
+
+    def count_failure(self, window_s: float, now: float | None = None) -> None:
+        """One more actor failure on this node; `failures` counts those in the window."""
+        self.failure_times.append(time.time() if now is None else now)
+        self.expire_failures(window_s, now)
+
+    def expire_failures(self, window_s: float, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        times = [t for t in self.failure_times if now - t < window_s]
+        self.failure_times = times[-10_000:]
+        self.failures = len(self.failure_times)
+
+    def to_row(self) -> bytes:
+        """What survives a coordinator restart (not liveness: that is re-learned)."""
+        return msgpack.packb({
+            "session": self.session_id, "address": self.address, "resources": self.resources,
+            "slots": self.slots, "epoch": self.epoch, "hostname": self.hostname, "pid": self.pid,
+            "state": self.state.value, "failure_times": self.failure_times,
+            "relaunch_pending": self.relaunch_pending,
+        })
+
+    @classmethod
+    def from_row(cls, node_id: str, row: bytes, now: float) -> NodeRecord:
+        d = msgpack.unpackb(row)
+        node = cls(node_id=node_id, session_id=d["session"], address=d["address"],
+                   resources=dict(d["resources"]), slots=d["slots"], epoch=d["epoch"],
+                   hostname=d["hostname"], pid=d["pid"], state=NodeState(d["state"]),
+                   last_heartbeat=now, failure_times=list(d["failure_times"]),
+                   relaunch_pending=d.get("relaunch_pending", False))
+        node.failures = len(node.failure_times)
+        if node.state == NodeState.LOST:
+            node.lost_at = now
+        return node
 
     def available(self) -> dict[str, float]:
         return {k: v - self.used.get(k, 0.0) for k, v in self.resources.items()}
@@ -127,6 +165,27 @@ class ActorRecord:
         if state != self.state:
             self.state = state
             self.state_since = time.time()
+
+    def to_row(self) -> bytes:
+        return msgpack.packb({
+            "spec": self.spec.SerializeToString(), "incarnation": self.incarnation,
+            "state": self.state.value, "node": self.node_id, "address": self.address,
+            "pid": self.pid, "restarts": self.restarts, "node_epoch": self.node_epoch,
+            "reason": self.death_reason, "error_type": self.error_type,
+            "since": self.state_since, "streak": self.crash_streak, "ever_alive": self.ever_alive,
+            "local_until": self.local_until,
+        })
+
+    @classmethod
+    def from_row(cls, row: bytes) -> ActorRecord:
+        d = msgpack.unpackb(row)
+        spec = pb.ActorSpec()
+        spec.ParseFromString(d["spec"])
+        return cls(spec=spec, incarnation=d["incarnation"], state=ActorState(d["state"]),
+                   node_id=d["node"], address=d["address"], pid=d["pid"], restarts=d["restarts"],
+                   node_epoch=d["node_epoch"], death_reason=d["reason"], error_type=d["error_type"],
+                   state_since=d["since"], crash_streak=d["streak"], ever_alive=d["ever_alive"],
+                   local_until=d["local_until"])
 
     def to_proto(self) -> pb.ActorInfo:
         return pb.ActorInfo(

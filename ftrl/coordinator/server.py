@@ -23,7 +23,7 @@ from ftrl.coordinator.controller import Controller
 from ftrl.coordinator.records import ActorState
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
-from ftrl.wire.errors import FtrlError, InvalidArgumentError, status_of
+from ftrl.wire.errors import ERROR_TYPE_KEY, FtrlError, InvalidArgumentError, status_of
 from ftrl.wire.grpcopts import server_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, RateLimiter, check_name, peer_host
 from ftrl.wire.security import CALLER_HEADER, Security, bind, ensure_local_token, is_loopback
@@ -52,6 +52,7 @@ def _unary(fn):
             return await fn(self, request, context)
         except FtrlError as e:
             code, message = status_of(e)
+            context.set_trailing_metadata(((ERROR_TYPE_KEY, type(e).__name__),))
             await context.abort(code, message)
         except (asyncio.CancelledError, aio.AbortError):
             raise
@@ -89,6 +90,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         controller.on_node_fenced = self._close_stream
         self._mesh_changes: dict[str, asyncio.Event] = {}
         controller.meshes.on_change = self._mesh_changed
+        self._job_changes: dict[str, asyncio.Event] = {}
+        controller.jobs.on_change = self._job_changed
 
     # ---------------------------------------------------------------- plumbing
 
@@ -103,6 +106,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def _actor_changed(self, name: str) -> None:
         event = self._changes.pop(name, None)
+        if event is not None:
+            event.set()
+
+    def _job_changed(self, job_id: str) -> None:
+        event = self._job_changes.pop(job_id, None)
         if event is not None:
             event.set()
 
@@ -188,6 +196,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                         stream.put(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=msg.heartbeat.seq)))
                 elif msg.HasField("report"):
                     self.c.report(node_id, epoch, msg.report)
+                elif msg.HasField("drain"):
+                    self.c.drain_node(node_id, epoch, msg.drain.reason[:500])
         except FtrlError as e:
             error.append(e)
         except asyncio.CancelledError:
@@ -279,6 +289,74 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @_unary
     async def ListMeshes(self, request, context):
         return pb.ListMeshesReply(meshes=self.c.meshes.views())
+
+    # ---------------------------------------------------------------- jobs
+
+    @_unary
+    async def SubmitJob(self, request, context):
+        self._check_caller(context)
+        return self.c.jobs.info(self.c.submit_job(request))
+
+    @_unary
+    async def GetJob(self, request, context):
+        if not (0.0 <= request.wait_s <= MAX_WAIT_S):
+            raise InvalidArgumentError(f"wait_s must be in [0, {MAX_WAIT_S:g}]")
+        job = self.c.jobs.get(request.job_id)
+        deadline = asyncio.get_running_loop().time() + request.wait_s
+        while request.wait_s > 0 and job.seq <= request.after_seq:
+            if not await self._next_change(self._job_changes, request.job_id, deadline):
+                break
+            job = self.c.jobs.get(request.job_id)
+        return self.c.jobs.info(job)
+
+    @_unary
+    async def ListJobs(self, request, context):
+        jobs = sorted(self.c.jobs.jobs.values(), key=lambda j: (j.submitted_at, j.job_id))
+        return pb.ListJobsReply(jobs=[self.c.jobs.info(j, with_config=False) for j in jobs])
+
+    @_unary
+    async def ScaleJob(self, request, context):
+        self._check_caller(context)
+        return self.c.jobs.info(self.c.scale_job(request))
+
+    @_unary
+    async def StopJob(self, request, context):
+        self._check_caller(context)
+        return self.c.jobs.info(self.c.stop_job(request.job_id, request.reason[:500]))
+
+    @_unary
+    async def ReportJob(self, request, context):
+        self._check_caller(context)
+        return self.c.jobs.info(self.c.report_job(request), with_config=False)
+
+    @_unary
+    async def ReadmitNode(self, request, context):
+        check_name(request.node_id, "node id")
+        return self.c.readmit_node(request.node_id).to_proto(self.c.clock())
+
+    async def JobResults(self, request, context):
+        """Replay the job's rows after `after_iteration`, then (with follow) stream new
+        ones until the job ends. A row replaced by a resumed driver is sent again."""
+        try:
+            self.c.jobs.get(request.job_id)
+        except FtrlError as e:
+            await context.abort(*status_of(e))
+            return
+        after = max(0, request.after_iteration)
+        loop = asyncio.get_running_loop()
+        while True:
+            job = self.c.jobs.jobs.get(request.job_id)
+            seq = job.seq if job is not None else 0
+            rows = self.c.store.results(request.job_id, after, 1000)
+            for iteration, row in rows:
+                yield pb.JobResult(iteration=iteration, row=row)
+                after = iteration
+            if rows:
+                continue
+            if job is None or job.stage.final or not request.follow:
+                return
+            while self.c.jobs.jobs.get(request.job_id) is job and job.seq == seq:
+                await self._next_change(self._job_changes, request.job_id, loop.time() + 30.0)
 
     async def WatchEvents(self, request, context):
         after = request.after_seq if request.replay else -1

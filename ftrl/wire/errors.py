@@ -65,6 +65,13 @@ class StaleIncarnationError(FtrlError):
     discarded = False
 
 
+class FailedPreconditionError(FtrlError):
+    """The request is valid but the system is not in a state to do it (say why and
+    what to do): another ftrl version, a job output that holds checkpoints, ..."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class ActorUnavailableError(FtrlError):
     """The actor could not be reached (it died, is restarting, or the network failed)."""
 
@@ -138,6 +145,11 @@ _BY_CODE: dict[grpc.StatusCode, type[FtrlError]] = {
 }
 
 
+#: Trailing metadata key naming the error class, where a status code alone is ambiguous.
+ERROR_TYPE_KEY = "ftrl-error-type"
+_BY_NAME: dict[str, type[FtrlError]] = {"FailedPreconditionError": FailedPreconditionError}
+
+
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and message a server answers for `exc`."""
     if isinstance(exc, FtrlError):
@@ -153,6 +165,12 @@ def error_from_rpc(err: grpc.RpcError, what: str = "") -> FtrlError:
     except Exception:  # a non-call RpcError
         return ActorUnavailableError(f"{what}: {err}" if what else str(err))
     cls = _BY_CODE.get(code, FtrlError)
+    try:
+        for key, value in err.trailing_metadata() or ():
+            if key == ERROR_TYPE_KEY and value in _BY_NAME:
+                cls = _BY_NAME[value]
+    except Exception:  # no trailing metadata on this error
+        pass
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) and what:
         details = f"{what} unreachable: {details}"
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED and what:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ftrl import __version__
 from ftrl.coordinator.controller import Controller, ControllerConfig
 from ftrl.coordinator.records import NodeRecord
 from ftrl.wire import codec
@@ -13,18 +14,20 @@ from ftrl.wire import ftrl_pb2 as pb
 @dataclass
 class FakeLauncher:
     calls: list[tuple[str, str]] = field(default_factory=list)
+    relaunches: bool = False  # True: acts like a cluster manager that replaces the node
 
-    def relaunch(self, node: NodeRecord, reason: str) -> None:
+    def relaunch(self, node: NodeRecord, reason: str) -> bool:
         self.calls.append((node.node_id, reason))
+        return self.relaunches
 
 
 class Harness:
     """Owns a Controller; records what it sends to each node and the events it emits."""
 
-    def __init__(self, **config) -> None:
+    def __init__(self, store=None, start_time: float = 1000.0, **config) -> None:
         config.setdefault("heartbeat_interval_s", 1.0)
         config.setdefault("heartbeat_timeout_s", 5.0)
-        self.now = 1000.0
+        self.now = start_time
         self.sent: list[tuple[str, pb.CoordinatorMessage]] = []
         self.links: set[str] = set()  # nodes with an open stream (send succeeds)
         self.fenced: list[str] = []
@@ -32,7 +35,7 @@ class Harness:
         self.epochs: dict[str, int] = {}
         self.launcher = FakeLauncher()
         self.c = Controller(ControllerConfig(**config), send=self._send, launcher=self.launcher,
-                            clock=lambda: self.now)
+                            clock=lambda: self.now, store=store)
         self.c.on_node_fenced = self._fence
 
     # ------------------------------------------------------------ plumbing
@@ -61,7 +64,7 @@ class Harness:
         req = pb.RegisterNodeRequest(
             node_id=node_id, session_id=session, address="127.0.0.1",
             resources={"cpu": float(cpu), "gpu": float(gpu), **custom}, slots=int(cpu),
-            running=running or [], hostname="test", pid=4242,
+            running=running or [], hostname="test", pid=4242, version=__version__,
         )
         reply = self.c.register_node(req)
         self.epochs[node_id] = reply.node_epoch

@@ -478,13 +478,53 @@ def test_node_excluded_after_max_node_failures():
     # it stays excluded when its worker reconnects under the same session...
     h.register("bad", cpu=4)
     assert h.c.nodes["bad"].state == NodeState.EXCLUDED
-    # ...and starts afresh when it is relaunched (a new session once the old one is gone)
+    # ...and also when its worker process restarts (a new session: systemd Restart=always
+    # must not defeat max_node_failures)
     with pytest.raises(AlreadyExistsError):
-        h.register("bad", cpu=4, session="relaunched")
+        h.register("bad", cpu=4, session="restarted")
     h.disconnect("bad")
-    h.register("bad", cpu=4, session="relaunched")
+    h.register("bad", cpu=4, session="restarted")
+    assert h.c.nodes["bad"].state == NodeState.EXCLUDED and h.c.nodes["bad"].failures == 3
+    assert h.c.actors["z"].state == ActorState.PENDING
+    # an operator re-admits it: clean count, and the waiting actor goes there
+    h.c.readmit_node("bad")
+    h.c.tick()
     assert h.c.nodes["bad"].state == NodeState.ALIVE and h.c.nodes["bad"].failures == 0
     assert h.last_start("z")[0] == "bad"
+    assert h.event_types(node="bad")[-1] == "NODE_READMITTED"
+
+
+def test_relaunch_by_the_launcher_starts_the_node_clean():
+    h = Harness(max_node_failures=0)
+    h.launcher.relaunches = True
+    h.register("bad", cpu=4)
+    _, inc = alive(h, "x")
+    h.report("bad", "x", inc, EXITED, exit_code=1, reason="crash", restarting_locally=True,
+             next_incarnation=inc + 1)
+    assert h.c.nodes["bad"].state == NodeState.EXCLUDED and h.c.nodes["bad"].relaunch_pending
+    h.register("bad", cpu=4)  # the same worker reconnecting is not the relaunch
+    assert h.c.nodes["bad"].state == NodeState.EXCLUDED
+    h.disconnect("bad")
+    h.register("bad", cpu=4, session="replacement")
+    assert h.c.nodes["bad"].state == NodeState.ALIVE and h.c.nodes["bad"].failures == 0
+
+
+def test_node_failures_are_a_windowed_rate():
+    h = Harness(max_node_failures=2, node_failure_window_s=100.0)
+    h.register("only", cpu=16)
+    node = h.c.nodes["only"]
+    for i in range(5):  # 5 failures, each 60 s apart: never more than 2 in a window of 100 s
+        node.failure_times = [t - 60 for t in node.failure_times]
+        _, inc = alive(h, f"x{i}")
+        h.report("only", f"x{i}", inc, EXITED, exit_code=1, reason="crash",
+                 restarting_locally=True, next_incarnation=inc + 1)
+        assert node.state == NodeState.ALIVE, i
+    assert node.failures == 2
+    # one more in the window makes three: excluded
+    _, inc = alive(h, "y")
+    h.report("only", "y", inc, EXITED, exit_code=1, reason="crash", restarting_locally=True,
+             next_incarnation=inc + 1)
+    assert node.state == NodeState.EXCLUDED
 
 
 def test_exclusion_survives_a_lost_node_coming_back():
@@ -505,8 +545,8 @@ def test_exclusion_survives_a_lost_node_coming_back():
     h.create("y")
     assert h.last_start("y")[0] == "good"
     h.disconnect("bad")
-    h.register("bad", cpu=4, session="relaunched")
-    assert h.c.nodes["bad"].state == NodeState.ALIVE
+    h.register("bad", cpu=4, session="restarted")  # a restarted worker: still excluded
+    assert h.c.nodes["bad"].state == NodeState.EXCLUDED
 
 
 def test_never_exclude_with_minus_one():
