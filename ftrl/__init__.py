@@ -4,6 +4,10 @@
     client = ftrl.Client("127.0.0.1:6380")
     counter = client.create_actor("mypkg.counter:Counter", name="c", max_restarts=-1)
     counter.call("incr", 2)
+
+    job = client.submit("examples/cartpole_ppo.toml", job_id="cp")   # or a PPOConfig, JobSpec, dict
+    for row in client.results(job):                                  # until the job ends
+        print(row["iteration"], row["episode_return_mean"])
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 __version__ = "0.1.0"
 
 from ftrl.client import (
+    FINAL_JOB_STAGES,
+    JOB_STAGES,
     ActorHandle,
     AsyncActorHandle,
     AsyncClient,
@@ -46,7 +52,7 @@ from ftrl.wire.errors import (
 
 def __getattr__(name: str) -> Any:
     # RL names load lazily so `import ftrl` stays light (no torch) for clients.
-    if name in ("PPOConfig", "AlgorithmConfig"):
+    if name in ("PPOConfig", "AlgorithmConfig", "JobSpec", "StopCriteria", "load_job"):
         from ftrl import config
 
         return getattr(config, name)
@@ -68,9 +74,11 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConfigError",
+    "FINAL_JOB_STAGES",
     "FtrlError",
     "FtrlTimeoutError",
     "InvalidArgumentError",
+    "JOB_STAGES",
     "MethodNotFoundError",
     "NotFoundError",
     "PermissionDeniedError",

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ftrl import __version__
-from ftrl.wire.errors import ConfigError, FtrlError
+from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
 log = logging.getLogger("ftrl.cli")
 
@@ -81,7 +81,9 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, state_dir=args.state_dir,
         heartbeat_interval_s=args.heartbeat_interval, heartbeat_timeout_s=args.heartbeat_timeout,
         max_node_failures=args.max_node_failures, port_file=args.port_file,
-        create_rate=args.create_rate, create_burst=args.create_burst,
+        create_rate=args.create_rate, create_burst=args.create_burst, recover=args.recover,
+        node_failure_window_s=args.node_failure_window,
+        job_unhealthy_timeout_s=args.job_unhealthy_timeout,
     )
     if not 0 < opts.heartbeat_interval_s < opts.heartbeat_timeout_s:
         raise ConfigError("--heartbeat-interval must be smaller than --heartbeat-timeout")
@@ -99,6 +101,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         gpus=args.gpus, resources=args.resources or {}, address=args.address,
         actor_hang_timeout_s=args.actor_hang_timeout, actor_start_timeout_s=args.actor_start_timeout,
         spares=args.spares, preload=args.preload, log_dir=args.log_dir, log_level=args.log_level,
+        drain_timeout_s=args.drain_timeout,
     )
     run_async(serve(opts, _security(args)))
     return 0
@@ -110,16 +113,51 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _client(args: argparse.Namespace):
     from ftrl.client.client import Client
 
-    with Client(args.coordinator, security=_security(args)) as client:
+    return Client(args.coordinator, security=_security(args))
+
+
+def _ago(since: float) -> str:
+    return f"{max(0.0, time.time() - since):.0f}s" if since else "-"
+
+
+def _job_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for j in jobs:
+        ret = j["metrics"].get("episode_return_mean")
+        rows.append([j["job_id"], j["stage"], _ago(j["stage_since"]), j["iteration"], f"{j['env_steps_sampled']:,}",
+                     "-" if ret is None else f"{ret:.1f}", j["num_env_runners"], j["num_learners"],
+                     (j["reason"].splitlines() or [""])[0][:60]])
+    return rows
+
+
+_JOB_HEADER = ["JOB", "STAGE", "FOR", "ITER", "ENV STEPS", "RETURN", "RUNNERS", "LEARNERS", "REASON"]
+
+
+def _cluster_jobs(client) -> list[dict[str, Any]]:
+    """The coordinator's jobs ([] from a coordinator without the jobs API)."""
+    from ftrl.wire.errors import MethodNotFoundError
+
+    try:
+        return client.jobs()
+    except MethodNotFoundError:
+        return []
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if args.job:
+        return _job_status(args)
+    with _client(args) as client:
         info = client.cluster_info()
         nodes = client.nodes()
         actors = client.actors(args.prefix or "")
         meshes = [m for m in client.meshes() if m["group"].startswith(args.prefix or "")]
+        jobs = _cluster_jobs(client)
     if args.json:
-        print(json.dumps({"cluster": info, "nodes": nodes, "actors": actors, "learner_groups": meshes}, indent=2))
+        print(json.dumps({"cluster": info, "nodes": nodes, "actors": actors, "learner_groups": meshes,
+                          "jobs": jobs}, indent=2, default=str))
         return 0
     alive = sum(1 for n in nodes if n["state"] == "ALIVE")
     print(f"coordinator {client.address} ({info['coordinator_id']}, ftrl {info['version']}, "
@@ -144,6 +182,77 @@ def cmd_status(args: argparse.Namespace) -> int:
               len(m["waiting"]), (m["reason"] or "")[:60]] for m in meshes],
             ["LEARNER GROUP", "EPOCH", "MEMBERS", "RANKS", "WAITING", "LAST CHANGE"],
         ))
+    print()
+    print(_table(_job_rows(jobs), _JOB_HEADER) if jobs else "no jobs")
+    return 0
+
+
+def _job_status(args: argparse.Namespace) -> int:
+    """`ftrl status JOB`: one job's record."""
+    with _client(args) as client:
+        job = client.job_status(args.job)
+    if args.json:
+        print(json.dumps(job, indent=2, default=str))
+        return 0
+    from ftrl.client.jobs import FINAL_STAGES
+
+    m = job["metrics"]
+    ret = m.get("episode_return_mean")
+    stopping = job["stop_requested"] and job["stage"] not in FINAL_STAGES
+    lines = [
+        ("job", job["job_id"]),
+        ("stage", f"{job['stage']} for {_ago(job['stage_since'])}" + (" (stop requested)" if stopping else "")),
+        ("reason", job["reason"] or "-"),
+        ("iteration", job["iteration"]),
+        ("env steps", f"{job['env_steps_sampled']:,}"),
+        ("return", "-" if ret is None else f"{ret:.1f}"),
+        ("env runners", f"{m.get('num_healthy_env_runners', '-')} healthy, {job['num_env_runners']} wanted"),
+        ("learners", job["num_learners"]),
+        ("driver", f"incarnation {job['driver_incarnation']}" if job["driver_incarnation"] else "-"),
+        ("last checkpoint", job["last_checkpoint"] or "-"),
+        ("output", job["output_dir"] or "-"),
+        ("actors", " ".join(job["actors"]) or "-"),
+    ]
+    width = max(len(k) for k, _ in lines)
+    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from ftrl.rl.train_cli import build_job
+
+    job = build_job(args)  # ConfigError (exit 2) before any call
+    with _client(args) as client:
+        job_id = client.submit(job, job_id=args.job_name, output_dir=args.output, resume=args.resume)
+    print(job_id)
+    return 0
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.scale(args.job, env_runners=args.env_runners, learners=args.learners)
+    print(f"job {job['job_id']} ({job['stage']}): {job['num_env_runners']} env runners, "
+          f"{job['num_learners']} learners wanted")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.stop(args.job, wait=args.wait, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(job, indent=2, default=str))
+    else:
+        from ftrl.client.jobs import FINAL_STAGES
+
+        note = job["reason"] if job["stage"] in FINAL_STAGES else "stopping after its current iteration"
+        print(f"job {job['job_id']}: {job['stage']}" + (f" ({note})" if note else ""))
+    return 0
+
+
+def cmd_node_readmit(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        node = client.readmit_node(args.node)
+    print(f"node {node['node_id']}: {node['state']}")
     return 0
 
 
@@ -153,10 +262,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     return run_train(args)
 
 
-def cmd_not_yet(args: argparse.Namespace) -> int:
-    print(f"ftrl {args.command}: jobs submitted to a running coordinator arrive with durable "
-          "coordinator state; for now run `ftrl train --coordinator HOST:PORT`", file=sys.stderr)
-    return 2
+def _count(text: str) -> int:
+    from ftrl.client.jobs import MAX_SCALE
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= value <= MAX_SCALE:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SCALE}, got {text}")
+    return value
+
+
+def _job_id(text: str) -> str:
+    from ftrl.client.jobs import check_job_id
+
+    try:
+        return check_job_id(text)
+    except FtrlError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_float(text: str) -> float:
+    return _positive(float)(text)
 
 
 # ---------------------------------------------------------------- parser
@@ -173,9 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("coordinator", help="run the control plane")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=6380, help="port (0 = any free port)")
-    p.add_argument("--state-dir", help="directory for coordinator state (reserved: durable "
-                   "state arrives with jobs; today a restarted coordinator rebuilds its registry "
-                   "from what the workers report)")
+    p.add_argument("--state-dir", help="directory for durable state (SQLite, WAL): nodes, actors, "
+                   "jobs survive a coordinator crash; default job outputs go to DIR/jobs/JOB. "
+                   "Without it, state lives in memory and a restart rebuilds from worker reports")
+    p.add_argument("--recover", action="store_true",
+                   help="the state database is unreadable: move it aside, start empty and rebuild "
+                   "from what workers report (running jobs come back from their drivers)")
+    p.add_argument("--node-failure-window", type=_positive(float), default=3600.0, metavar="S",
+                   help="--max-node-failures counts actor failures of the last S seconds")
+    p.add_argument("--job-unhealthy-timeout", type=_positive(float), default=300.0, metavar="S",
+                   help="a running job with no live env runner for S seconds FAILS")
     p.add_argument("--heartbeat-interval", type=_positive(float), default=1.0, metavar="S")
     p.add_argument("--heartbeat-timeout", type=_positive(float), default=5.0, metavar="S")
     p.add_argument("--max-node-failures", type=int, default=100,
@@ -202,15 +337,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spares", type=int, default=1, help="warm spare processes kept for fast restarts")
     p.add_argument("--preload", default="", help="modules spares import ahead, e.g. torch,gymnasium")
     p.add_argument("--log-dir", help="where actor logs go")
+    p.add_argument("--drain-timeout", type=_positive(float), default=60.0, metavar="S",
+                   help="on SIGTERM, move actors away for at most this long, then exit (default 60)")
     _add_security(p, server=True)
     p.set_defaults(fn=cmd_worker)
 
-    p = sub.add_parser("status", help="show nodes and actors")
-    p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
+    def client_command(name: str, help_text: str, fn, parent=sub) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
+        _add_security(p)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = client_command("status", "show nodes, actors and jobs, or one job", cmd_status)
+    p.add_argument("job", nargs="?", metavar="JOB", help="show this job only")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--prefix", help="only actors whose name starts with this")
-    _add_security(p)
-    p.set_defaults(fn=cmd_status)
 
     p = sub.add_parser("train", help="train an RL algorithm (embedded local cluster by default)")
     try:
@@ -222,10 +364,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_security(p)
     p.set_defaults(fn=cmd_train)
 
-    for name, text in (("submit", "submit a job file"), ("scale", "resize a job"), ("stop", "stop a job")):
-        p = sub.add_parser(name, help=f"{text} (arrives with durable jobs)")
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(fn=cmd_not_yet)
+    p = client_command("submit", "submit a job file to a running cluster; prints the job id", cmd_submit)
+    from ftrl.rl.train_cli import add_job_arguments
+
+    add_job_arguments(p, config_positional=True)
+    p.add_argument("--output", metavar="DIR", help="output directory, as the coordinator's host "
+                   "sees it (default: in the coordinator's state dir, jobs/JOB)")
+    p.add_argument("--job-name", type=_job_id, metavar="N", help="the job's id (default: one is made)")
+
+    p = client_command("scale", "ask a job for a number of env runners and/or learners", cmd_scale)
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--env-runners", type=_count, metavar="N")
+    p.add_argument("--learners", type=_count, metavar="M")
+    p.set_defaults(one_of=("env_runners", "learners"), parser=p)
+
+    p = client_command("stop", "stop a job after its current iteration (final checkpoint)", cmd_stop)
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--wait", action="store_true", help="return once the job has ended")
+    p.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S",
+                   help="longest --wait waits (default 600)")
+    p.add_argument("--json", action="store_true", help="print the job's record as JSON")
+
+    p = sub.add_parser("node", help="manage nodes")
+    node_sub = p.add_subparsers(dest="node_command", metavar="readmit", required=True)
+    p = client_command("readmit", "take an EXCLUDED node back", cmd_node_readmit, parent=node_sub)
+    p.add_argument("node", metavar="NODE")
     return ap
 
 
@@ -233,18 +396,22 @@ def main(argv: list[str] | None = None) -> int:
     from ftrl.util.runtime import setup_logging
 
     args = build_parser().parse_args(argv)
+    one_of = getattr(args, "one_of", ())
+    if one_of and all(getattr(args, name) is None for name in one_of):
+        args.parser.error("give at least one of " + ", ".join(f"--{n.replace('_', '-')}" for n in one_of))
     setup_logging(args.log_level, f"ftrl-{args.command}")
     if os.environ.get("FTRL_DIE_WITH_PARENT") == "1" and args.command in ("coordinator", "worker"):
         from ftrl.util.runtime import die_with_parent
 
-        die_with_parent(signal.SIGTERM)
+        # the owner of an embedded cluster is gone: stop at once (a worker drains on SIGTERM)
+        die_with_parent(signal.SIGINT if args.command == "worker" else signal.SIGTERM)
     try:
         return args.fn(args) or 0
     except KeyboardInterrupt:
         return 130
     except FtrlError as e:
         print(f"ftrl {args.command}: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ConfigError) else 1
+        return 2 if isinstance(e, ConfigError | FailedPreconditionError) else 1
     finally:
         logging.shutdown()
         time.sleep(0)

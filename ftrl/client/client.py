@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ftrl.client.aio import AsyncActorHandle, AsyncClient
@@ -183,6 +184,74 @@ class Client:
                 yield item
         finally:
             future.cancel()
+
+    # ---------------------------------------------------------------- jobs
+
+    def submit(self, config: Any, *, job_id: str | None = None, output_dir: str | None = None,
+               resume: bool = False, stop: Any = None) -> str:
+        """Submit a job (an AlgorithmConfig, JobSpec, dict or TOML path); returns its id.
+        See AsyncClient.submit."""
+        return self._run(self._aio.submit(config, job_id=job_id, output_dir=output_dir,
+                                          resume=resume, stop=stop))
+
+    def job_status(self, job_id: str) -> dict[str, Any]:
+        """The job's record: job_id, stage, iteration, env_steps_sampled, metrics, actors, ..."""
+        return self._run(self._aio.job_status(job_id))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job the coordinator knows."""
+        return self._run(self._aio.jobs())
+
+    def wait_job(self, job_id: str, after_seq: int = -1, timeout: float = 60.0) -> dict[str, Any]:
+        """The job's record once its seq is past `after_seq`, or as it is after `timeout`."""
+        return self._run(self._aio.wait_job(job_id, after_seq, timeout))
+
+    def scale(self, job_id: str, env_runners: int | None = None, learners: int | None = None) -> dict[str, Any]:
+        """Ask for a number of env runners and/or learners; returns once accepted."""
+        return self._run(self._aio.scale(job_id, env_runners, learners))
+
+    def stop(self, job_id: str, wait: bool = False, timeout: float = 600.0, reason: str = "") -> dict[str, Any]:
+        """Stop the job after its current iteration; with `wait`, until it ended."""
+        return self._run(self._aio.stop(job_id, wait, timeout, reason))
+
+    def results(self, job_id: str, follow: bool = True, after_iteration: int = 0,
+                retry_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """Iterate over the job's metrics rows (see AsyncClient.results)."""
+        kwargs = {} if retry_s is None else {"retry_s": retry_s}
+        rows = self._aio.results(job_id, follow, after_iteration, **kwargs)
+        future: concurrent.futures.Future | None = None
+        try:
+            while True:
+                future = self._loop.submit(_next_or_none(rows))
+                row = future.result()
+                future = None
+                if row is None:
+                    return
+                yield row
+        finally:
+            if future is not None:
+                future.cancel()
+            with contextlib.suppress(Exception):
+                self._loop.submit(rows.aclose()).result(5.0)
+
+    def readmit_node(self, node_id: str) -> dict[str, Any]:
+        """Take an EXCLUDED node back; returns its record."""
+        return self._run(self._aio.readmit_node(node_id))
+
+    def report_job(self, job_id: str, incarnation: int, stage: str, iteration: int,
+                   env_steps_sampled: int, rows: list[dict[str, Any]], last_checkpoint: str = "",
+                   reason: str = "", timeout: float = 5.0) -> dict[str, Any]:
+        """The driver's progress report; returns the record (wanted sizes, stop_requested)."""
+        return self._run(self._aio.report_job(job_id, incarnation, stage, iteration, env_steps_sampled,
+                                              rows, last_checkpoint, reason, timeout))
+
+
+async def _next_or_none(rows: AsyncIterator[dict[str, Any]]) -> dict[str, Any] | None:
+    """The next row, or None at the end (a StopAsyncIteration cannot cross a Future)."""
+    try:
+        return await rows.__anext__()
+    except StopAsyncIteration:
+        return None
 
 
 class ActorHandle:

@@ -3,8 +3,9 @@
     with ftrl.local_cluster(workers=1, slots=4) as cluster:
         client = cluster.client()
 
-Used by `ftrl train` without --coordinator and by the integration tests. The
-cluster makes its own token (a 0600 file in its state dir), listens on
+Used by `ftrl train` without --coordinator (with its state dir in the run's output
+directory, `fresh` so an earlier run's jobs are not resumed) and by the integration
+tests. The cluster makes its own token (a 0600 file in its state dir), listens on
 127.0.0.1 only, and is torn down on exit (and, through PR_SET_PDEATHSIG, if
 the process that started it dies; Linux ties that signal to the starting
 *thread*, so start a cluster from a thread that outlives it, e.g. the main one).
@@ -49,10 +50,14 @@ class LocalCluster:
         port: int = 0,
         env: dict[str, str] | None = None,
         worker_args: list[str] | None = None,
+        fresh: bool = False,
     ) -> None:
         self._own_dir = state_dir is None
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="ftrl-local-"))
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if fresh:  # forget the jobs and actors an earlier cluster in this dir left
+            _check_unused(self.coordinator_state_dir)
+            shutil.rmtree(self.coordinator_state_dir, ignore_errors=True)
         self.num_workers = workers
         self.slots = slots
         self.heartbeat_interval = heartbeat_interval
@@ -84,6 +89,11 @@ class LocalCluster:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def coordinator_state_dir(self) -> Path:
+        """The coordinator's --state-dir (its durable jobs and actors)."""
+        return self.state_dir / "coordinator"
+
+    @property
     def security(self) -> Security:
         return Security(token=self.token)
 
@@ -106,16 +116,16 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- processes
 
-    def start_coordinator(self, timeout: float = 30.0) -> None:
+    def start_coordinator(self, timeout: float = 30.0, extra: list[str] | None = None) -> None:
         port_file = self.state_dir / "coordinator.port"
         with contextlib.suppress(FileNotFoundError):
             port_file.unlink()
         cmd = self._python(
             "coordinator", "--host", "127.0.0.1", "--port", str(self.port),
-            "--port-file", str(port_file), "--state-dir", str(self.state_dir / "coordinator"),
+            "--port-file", str(port_file), "--state-dir", str(self.coordinator_state_dir),
             "--heartbeat-interval", str(self.heartbeat_interval),
             "--heartbeat-timeout", str(self.heartbeat_timeout),
-            "--max-node-failures", str(self.max_node_failures),
+            "--max-node-failures", str(self.max_node_failures), *(extra or []),
         )
         with self._log("coordinator") as log:
             self.coordinator_proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env,
@@ -193,7 +203,8 @@ class LocalCluster:
             proc.wait(5)
 
     def stop(self) -> None:
-        """Stop workers (which stop their actors), then the coordinator."""
+        """Stop workers (SIGINT: they stop their actors at once; SIGTERM would drain them
+        first), then the coordinator."""
         for client in self._clients:
             with contextlib.suppress(Exception):
                 client.close()
@@ -202,9 +213,13 @@ class LocalCluster:
             with contextlib.suppress(ProcessLookupError):
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGCONT)
-                    proc.terminate()
+                    proc.send_signal(signal.SIGINT)
         for proc in self.worker_procs.values():
-            self._end(proc, 10.0)
+            try:
+                proc.wait(10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
         self._end(self.coordinator_proc, 10.0)
         if self._own_dir and os.environ.get("FTRL_KEEP_LOCAL_CLUSTER") != "1":
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -221,3 +236,20 @@ class LocalCluster:
 def local_cluster(workers: int = 1, slots: int | None = None, **kwargs) -> LocalCluster:
     """Start an embedded cluster; use it as a context manager to tear it down."""
     return LocalCluster(workers, slots, **kwargs).start()
+
+
+def _check_unused(state_dir: Path) -> None:
+    """Refuse to wipe the state dir of a coordinator that still runs on it."""
+    lock = state_dir / "coordinator.lock"
+    if not lock.exists():
+        return
+    import fcntl
+
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise FtrlError(f"{state_dir} is in use by a running coordinator (another run on the "
+                        "same output directory?); wait for it or choose another output") from None
+    finally:
+        os.close(fd)

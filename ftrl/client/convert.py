@@ -84,3 +84,40 @@ def mesh_dict(v: pb.MeshView) -> dict[str, Any]:
         "seq": v.seq,
         "formed_at": v.formed_at,
     }
+
+
+def _map(data: bytes) -> dict[str, Any]:
+    """A msgpack map field ({} when empty or not a map)."""
+    if not data:
+        return {}
+    from ftrl.wire import codec
+
+    value = codec.decode(data)
+    return value if isinstance(value, dict) else {}
+
+
+def job_dict(j: pb.JobInfo) -> dict[str, Any]:
+    """A job's record: stage (PENDING|STARTING|RUNNING|RECOVERING|FINISHED|STOPPED|FAILED),
+    progress, the newest metrics row, wanted sizes and its live actors."""
+    from ftrl.client.jobs import stage_name
+
+    return {
+        "job_id": j.job_id,
+        "stage": stage_name(j.stage),
+        "iteration": j.iteration,
+        "env_steps_sampled": j.env_steps_sampled,
+        "metrics": _map(j.metrics),
+        "actors": list(j.actors),
+        "reason": j.reason,
+        "output_dir": j.output_dir,
+        "num_env_runners": j.num_env_runners,
+        "num_learners": j.num_learners,
+        "stop_requested": j.stop_requested,
+        "last_checkpoint": j.last_checkpoint,
+        "seq": j.seq,
+        "resume": j.resume,
+        "driver_incarnation": j.driver_incarnation,
+        "submitted_at": j.submitted_at,
+        "stage_since": j.stage_since,
+        "config": _map(j.config),
+    }

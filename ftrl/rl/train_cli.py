@@ -1,9 +1,10 @@
-"""`ftrl train`: build a config from a job TOML and flags, train to a stop, write outputs.
+"""`ftrl train`: build a job from a job TOML and flags, submit it, follow it to its end.
 
     ftrl train [--config job.toml] [--algo ppo] [--env CartPole-v1] [--num-env-runners N]
                [--num-envs-per-env-runner E] [--num-learners M] [--stop-reward R]
                [--stop-timesteps T] [--stop-iters I] [--output DIR] [--resume]
-               [--coordinator HOST:PORT] [--seed S] [--set KEY=VALUE ...]
+               [--coordinator HOST:PORT [--detach]] [--job-name N] [--seed S]
+               [--set KEY=VALUE ...]
 
 Precedence: config defaults < the TOML file < `--set` < the named flags. The TOML uses
 tables named after the builder methods (or flat RLlib keys) plus `algo` and a [stop]
@@ -13,26 +14,28 @@ Outputs under --output DIR (default ftrl_results/ALGO_ENV): metrics.jsonl (one l
 iteration), checkpoints/, result.json. A fresh run refuses a DIR that already holds
 checkpoints; --resume continues from its newest valid checkpoint.
 
-The job runs on a cluster: `--coordinator` connects to a running one, else
-`cluster_factory(args, config)` makes one (default: the embedded local cluster, real
-coordinator and worker processes on 127.0.0.1, torn down at the end). The job's driver
-is the actor `JOB/algorithm` (ftrl.rl.driver:AlgorithmDriver) and its runners are
-`JOB/env_runner/I`; this process only follows the driver's progress. If the driver dies
-it is restarted in place, re-attaches to the runners that stayed up and resumes from
-its newest checkpoint; the follower waits for it and goes on. The config and the
+`ftrl train` is submit + follow: the job (id: --job-name, else the output dir's name and
+a hash of its path) is submitted to the coordinator, which runs its driver as the actor
+`JOB/algorithm` (ftrl.rl.driver:AlgorithmDriver) and keeps its record; this process
+long-polls that record and shows each iteration. `--coordinator` uses a running
+cluster (`--detach` submits and exits); otherwise `cluster_factory(args, config)` makes
+one (default: the embedded local cluster, real coordinator and worker processes on
+127.0.0.1 with their state and logs in DIR/.ftrl-cluster, torn down at the end). If the
+driver dies it is restarted in place, re-attaches to the runners that stayed up and
+resumes from its newest checkpoint; the follower goes on following. The config and the
 environment are checked here first, so a bad job fails before any process starts.
 `--in-process` runs the driver in this process instead (runners still on a cluster
 when num_env_runners > 0).
-Ctrl-C (or SIGTERM) stops after the current iteration with a final checkpoint and
-result.json; a second Ctrl-C aborts at once.
+Ctrl-C (or SIGTERM) stops the job after the current iteration with a final checkpoint
+and result.json (exit 130); a second Ctrl-C aborts at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import hashlib
+import json
 import logging
 import math
 import os
@@ -44,17 +47,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ftrl.client.jobs import job_to_dict as job_to_dict  # the job dict the driver takes
 from ftrl.config import AlgorithmConfig, JobSpec, load_job
-from ftrl.wire.errors import ConfigError, FtrlError
+from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
 log = logging.getLogger(__name__)
 
 ClusterFactory = Callable[[argparse.Namespace, AlgorithmConfig], Any]
 
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the `ftrl train` flags to `parser`."""
-    parser.add_argument("--config", metavar="JOB.toml", help="job file (config tables + [stop])")
+def add_job_arguments(parser: argparse.ArgumentParser, config_positional: bool = False) -> None:
+    """The flags that make a job (config file, config flags, stop criteria, output, name):
+    shared by `ftrl train` and `ftrl submit` (which takes the job file as a positional)."""
+    if config_positional:
+        parser.add_argument("config", metavar="JOB.toml", help="job file (config tables + [stop])")
+    else:
+        parser.add_argument("--config", metavar="JOB.toml", help="job file (config tables + [stop])")
     parser.add_argument("--algo", help="algorithm (default: the job file's `algo`, else ppo)")
     parser.add_argument("--env", help="gymnasium id or import path pkg.mod:make_env")
     parser.add_argument("--num-env-runners", type=_non_negative_int, metavar="N")
@@ -63,10 +71,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-reward", type=float, metavar="R", help="stop when episode_return_mean >= R")
     parser.add_argument("--stop-timesteps", type=_positive_int, metavar="T", help="stop after T env steps")
     parser.add_argument("--stop-iters", type=_positive_int, metavar="I", help="stop after I iterations")
-    parser.add_argument("--output", metavar="DIR", help="output directory (default ftrl_results/ALGO_ENV)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in DIR")
     parser.add_argument("--seed", type=int, metavar="S")
-    parser.add_argument("--job-name", help="prefix of actor names (default: output dir name + a hash of its path)")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -75,8 +81,18 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override any config key (value in TOML syntax), e.g. --set lr=1e-3",
     )
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `ftrl train` flags to `parser`."""
+    add_job_arguments(parser)
+    parser.add_argument("--output", metavar="DIR", help="output directory (default ftrl_results/ALGO_ENV)")
+    parser.add_argument("--job-name", help="the job's id, prefix of its actor names (default: output "
+                        "dir name + a hash of its path)")
     if not any(a.dest == "coordinator" for a in parser._actions):
         parser.add_argument("--coordinator", metavar="HOST:PORT", help="use a running cluster")
+    parser.add_argument("--detach", action="store_true",
+                        help="with --coordinator: submit the job, print its id and leave it running")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument("--in-process", action="store_true",
                         help="run the driver in this process, not as the JOB/algorithm actor")
@@ -130,11 +146,34 @@ def needs_cluster(config: AlgorithmConfig) -> bool:
     )
 
 
+#: Where the embedded cluster of `ftrl train` keeps its state and logs, in the output dir.
+EMBEDDED_STATE_DIR = ".ftrl-cluster"
+
+
 def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -> Any:
-    """The embedded local cluster sized for the job's runners (the driver takes no slot)."""
+    """The embedded local cluster sized for the job's runners (the driver takes no slot),
+    its state and logs in OUTPUT/.ftrl-cluster (an earlier run's jobs forgotten)."""
+    from ftrl.client.cluster import LocalCluster
     from ftrl.rl.algorithm import embedded_cluster_for
 
-    return embedded_cluster_for(config)
+    sized = embedded_cluster_for(config)  # only its settings are used
+    sized.stop()
+    return LocalCluster(workers=sized.num_workers, slots=sized.slots, spares=sized.spares,
+                        preload=sized.preload, log_level=sized.log_level, fresh=True,
+                        state_dir=str(output_dir(args, config).resolve() / EMBEDDED_STATE_DIR))
+
+
+def _security(args: argparse.Namespace) -> Any:
+    from ftrl.wire.security import Security
+
+    env = os.environ.get
+    return Security.from_options(
+        token_file=getattr(args, "token_file", None),
+        tls_cert=getattr(args, "tls_cert", None) or env("FTRL_TLS_CERT"),
+        tls_key=getattr(args, "tls_key", None) or env("FTRL_TLS_KEY"),
+        tls_ca=getattr(args, "tls_ca", None) or env("FTRL_TLS_CA"),
+        tls_server_name=getattr(args, "tls_server_name", None) or env("FTRL_TLS_SERVER_NAME"),
+    )
 
 
 @contextlib.contextmanager
@@ -146,17 +185,8 @@ def _client_for(args: argparse.Namespace, config: AlgorithmConfig, cluster_facto
     coordinator = getattr(args, "coordinator", None)
     if coordinator:
         from ftrl.client.client import Client
-        from ftrl.wire.security import Security
 
-        env = os.environ.get
-        security = Security.from_options(
-            token_file=getattr(args, "token_file", None),
-            tls_cert=getattr(args, "tls_cert", None) or env("FTRL_TLS_CERT"),
-            tls_key=getattr(args, "tls_key", None) or env("FTRL_TLS_KEY"),
-            tls_ca=getattr(args, "tls_ca", None) or env("FTRL_TLS_CA"),
-            tls_server_name=getattr(args, "tls_server_name", None) or env("FTRL_TLS_SERVER_NAME"),
-        )
-        client = Client(coordinator, security=security)
+        client = Client(coordinator, security=_security(args))
         try:
             yield client
         finally:
@@ -181,6 +211,11 @@ def _job_name(args: argparse.Namespace, output: Path) -> str:
 def _default_output(config: AlgorithmConfig) -> Path:
     env = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(config.environment_cfg.env))
     return Path("ftrl_results") / f"{config.algo_name.lower()}_{env}"
+
+
+def output_dir(args: argparse.Namespace, config: AlgorithmConfig) -> Path:
+    """--output, else ftrl_results/ALGO_ENV."""
+    return Path(args.output) if getattr(args, "output", None) else _default_output(config)
 
 
 class Progress:
@@ -261,11 +296,11 @@ def threading_is_main() -> bool:
 
 def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None = None) -> int:
     """Run `ftrl train`. Returns the exit code: 0 when a stop criterion (or none) ended
-    the run, 130 after Ctrl-C, 2 for a bad config, 1 for a failed run.
+    the run, 130 after Ctrl-C or a stop on request, 2 for a bad config, 1 for a failed run.
 
-    `cluster_factory(args, config)` must return a context manager whose value has
-    `.client()`; it is used only when remote runners are needed and no --coordinator
-    was given.
+    The job is submitted to the coordinator (--coordinator, else an embedded cluster
+    made by `cluster_factory(args, config)`: a context manager whose value has
+    `.client()`) and followed until it ends; `--detach` only submits it.
     """
     try:
         job = build_job(args)
@@ -273,7 +308,7 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
         print(f"ftrl train: config error: {e}", file=sys.stderr)
         return 2
     config, stop = job.config, job.stop
-    output = Path(args.output) if getattr(args, "output", None) else _default_output(config)
+    output = output_dir(args, config)
     if not getattr(args, "resume", False) and (output / "checkpoints").is_dir() and any((output / "checkpoints").iterdir()):
         print(
             f"ftrl train: {output} already holds checkpoints; pass --resume to continue it "
@@ -281,19 +316,27 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
             file=sys.stderr,
         )
         return 2
-    if stop.stop_reward is None and stop.stop_timesteps is None and stop.stop_iters is None:
+    detach = getattr(args, "detach", False)
+    if detach and (getattr(args, "in_process", False) or not getattr(args, "coordinator", None)):
+        print("ftrl train: --detach needs --coordinator (an embedded cluster ends with this "
+              "process) and no --in-process", file=sys.stderr)
+        return 2
+    if stop.stop_reward is None and stop.stop_timesteps is None and stop.stop_iters is None and not detach:
         print("ftrl train: no stop criterion given; training until Ctrl-C", file=sys.stderr)
     progress = Progress(enabled=not getattr(args, "quiet", False))
     if getattr(args, "in_process", False):
         return _train_here(args, job, output, progress, cluster_factory)
     try:
-        check_job(job, output if getattr(args, "resume", False) else None)
+        resume_from = check_job(job, output if getattr(args, "resume", False) else None)
     except ConfigError as e:
         print(f"ftrl train: config error: {e}", file=sys.stderr)
         return 2
+    if resume_from is not None:
+        print(f"ftrl train: resuming from {resume_from}", file=sys.stderr)
+
     def follow() -> int:
         with _sigterm_as_interrupt(), _client_for(args, config, cluster_factory, always=True) as client:
-            return _follow_driver(client, args, job, output, progress)
+            return _submit_and_follow(client, args, job, output, progress)
 
     return _exit_code(follow)
 
@@ -308,15 +351,19 @@ def _exit_code(run: Callable[[], int]) -> int:
     except ConfigError as e:
         print(f"ftrl train: config error: {e}", file=sys.stderr)
         return 2
+    except FailedPreconditionError as e:  # e.g. an output dir with checkpoints and no --resume
+        print(f"ftrl train: {e}", file=sys.stderr)
+        return 2
     except FtrlError as e:
         print(f"ftrl train: failed: {e}", file=sys.stderr)
         return 1
 
 
-def check_job(job: JobSpec, resume_from: Path | None = None) -> None:
+def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     """Fail early (before any process starts) on a config or environment that cannot
     work, or (with `resume_from`) a checkpoint this config cannot continue; corrupt
-    checkpoints are reported (and skipped) here too."""
+    checkpoints are reported (and skipped) here too. Returns the checkpoint a resume
+    starts from (None: from the start)."""
     from ftrl.rl.algo_state import check_resume_compatible
     from ftrl.rl.checkpoint import CheckpointManager
     from ftrl.rl.env_factory import probe_spaces
@@ -327,98 +374,157 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> None:
     env = config.environment_cfg
     observation_space, action_space = probe_spaces(env.env, env.env_config)
     spec = space_spec(observation_space, action_space)  # ConfigError for spaces we cannot handle
-    if resume_from is not None:
-        found = CheckpointManager(resume_from / "checkpoints").load_latest()
-        if found is None:
-            print(f"ftrl train: no valid checkpoint in {resume_from}; starting fresh", file=sys.stderr)
-        else:
-            check_resume_compatible(config, spec, found[0])
+    if resume_from is None:
+        return None
+    found = CheckpointManager(resume_from / "checkpoints").load_latest()
+    if found is None:
+        print(f"ftrl train: no valid checkpoint in {resume_from}; starting fresh", file=sys.stderr)
+        return None
+    check_resume_compatible(config, spec, found[0])
+    return found[1]
 
 
-def job_to_dict(job: JobSpec) -> dict[str, Any]:
-    """The job as the msgpack-able dict AlgorithmDriver takes."""
-    data = job.config.to_dict()
-    data["stop"] = {k: v for k, v in dataclasses.asdict(job.stop).items() if v is not None}
-    return data
+#: Longest one long-poll of the job's record waits (Ctrl-C interrupts it at once).
+FOLLOW_POLL_S = 10.0
+#: How long the follower keeps trying a coordinator it cannot reach before giving up.
+FOLLOW_OUTAGE_S = 300.0
+#: How long the follower of a job on a running cluster waits for its actors to end.
+ACTORS_GONE_S = 30.0
 
 
-DRIVER_CLASS = "ftrl.rl.driver:AlgorithmDriver"
-DRIVER_MAX_RESTARTS = 20
-FINAL_STAGES = ("FINISHED", "STOPPED", "FAILED")
-
-
-def _follow_driver(client: Any, args: argparse.Namespace, job: JobSpec, output: Path, progress: Progress) -> int:
-    """Start the job's driver actor, show its progress until it ends, clean up."""
-    from ftrl.wire.errors import (
-        ActorDiedError,
-        ActorStartError,
-        ActorUnavailableError,
-        FtrlTimeoutError,
-        StaleIncarnationError,
-    )
-
-    job_name = _job_name(args, output)
-    name = f"{job_name}/algorithm"
-    kwargs = {"job": job_to_dict(job), "output_dir": str(output.resolve()), "job_name": job_name}
-    status: dict[str, Any] = {}
+def _submit_and_follow(client: Any, args: argparse.Namespace, job: JobSpec, output: Path,
+                       progress: Progress) -> int:
+    """Submit the job, show its progress until it ends (Ctrl-C: stop it with a final
+    checkpoint; again: abort), print the summary; returns the exit code."""
+    remote = bool(getattr(args, "coordinator", None))
+    job_id = client.submit(job, job_id=_job_name(args, output), output_dir=str(output.resolve()),
+                           resume=getattr(args, "resume", False))
+    if getattr(args, "detach", False):
+        where = f" --coordinator {args.coordinator}"
+        print(job_id, flush=True)
+        print(f"ftrl train: submitted job {job_id}; follow it with `ftrl status {job_id}{where}`, "
+              f"stop it with `ftrl stop {job_id}{where}`", file=sys.stderr)
+        return 0
+    shown: dict[str, Any] = {}
     try:
-        try:
-            # The driver reserves no slot: a cluster sized for the runners runs the job.
-            driver = client.create_actor(DRIVER_CLASS, name=name, kwargs=kwargs, resources={"cpu": 0},
-                                         max_restarts=DRIVER_MAX_RESTARTS, max_concurrency=4, timeout=300)
-        except ActorStartError as e:
-            print(f"ftrl train: the driver could not start: {e}", file=sys.stderr)
-            return 2
-        follow = driver.options(timeout=90, resolve_timeout=120)
-        iteration, incarnation, stopping = -1, driver.incarnation, False
-        while status.get("stage") not in FINAL_STAGES:
-            try:
-                status = follow.call("wait_status", iteration, 10.0)
-            except KeyboardInterrupt:
-                if stopping:
-                    raise
-                stopping = True
-                print("\nftrl train: stopping after this iteration (Ctrl-C again aborts)", file=sys.stderr)
-                follow.call("stop")
-                continue
-            except (ActorUnavailableError, FtrlTimeoutError, StaleIncarnationError) as e:
-                # died, unreachable, or replaced while we waited: the handle finds the
-                # current incarnation on the next call (wait_status and stop are idempotent)
-                print(f"\nftrl train: driver unreachable ({e}); waiting for it to restart", file=sys.stderr)
-                continue
-            if iteration < 0 and status.get("restored_from") and follow.incarnation == incarnation:
-                print(f"ftrl train: resumed from {status['restored_from']}", file=sys.stderr)
-            if follow.incarnation != incarnation:
-                incarnation = follow.incarnation
-                print(f"\nftrl train: driver restarted (incarnation {incarnation}); resuming from "
-                      f"{status.get('restored_from') or 'the start'}", file=sys.stderr)
-            if (status.get("iteration") or 0) > iteration:
-                iteration = status.get("iteration") or 0
-                if status.get("result"):
-                    progress(status["result"])
-    except ActorDiedError as e:
-        print(f"ftrl train: the driver is gone: {e}", file=sys.stderr)
+        info = _follow_job(client, job_id, output, progress, shown)
+    except KeyboardInterrupt:
+        progress.close()
+        if remote:
+            print(f"ftrl train: job {job_id} may still be stopping on the cluster "
+                  f"(ftrl status {job_id} --coordinator {args.coordinator})", file=sys.stderr)
+        raise
+    progress.close(shown.get("row"))
+    if remote:
+        _wait_actors_gone(client, job_id)
+    if info["stage"] == "FAILED":
+        print(f"ftrl train: failed: {info['reason'] or 'the job failed'}", file=sys.stderr)
         return 1
-    finally:
-        progress.close(status.get("result"))
-        _stop_job(client, job_name)
-    if status.get("stage") == "FAILED":
-        print(f"ftrl train: failed: {status.get('error')}", file=sys.stderr)
-        return 1
-    summary = status.get("summary") or {}
+    summary = _summary(info, output)
     _print_summary(summary, output)
-    return 130 if summary.get("stop_reason") in ("interrupted", "stopped") else 0
+    return 130 if info["stage"] == "STOPPED" or summary.get("stop_reason") in ("interrupted", "stopped") else 0
 
 
-def _stop_job(client: Any, job_name: str) -> None:
-    """Kill the job's actors (driver first, then its runners)."""
-    with contextlib.suppress(FtrlError):
-        client.kill_actor(f"{job_name}/algorithm", "job ended")
-    with contextlib.suppress(FtrlError):
-        for actor in client.actors(prefix=f"{job_name}/"):
-            if actor["state"] != "DEAD":
-                with contextlib.suppress(FtrlError):
-                    client.kill_actor(actor["name"], "job ended")
+def _follow_job(client: Any, job_id: str, output: Path, progress: Progress, shown: dict[str, Any]) -> dict:
+    """Long-poll the job's record until it reaches a final stage (returned), showing each
+    new metrics row and the driver's restarts. The first Ctrl-C asks the coordinator to
+    stop the job; the second raises KeyboardInterrupt. A coordinator that cannot be
+    reached is retried for FOLLOW_OUTAGE_S."""
+    from ftrl.client.jobs import FINAL_STAGES
+    from ftrl.util.backoff import Backoff
+    from ftrl.wire.errors import ActorUnavailableError, FtrlTimeoutError
+
+    seq, iteration, incarnation, stage = -1, 0, 0, ""
+    stop_wanted = stop_sent = False
+    outage_since: float | None = None
+    backoff, delay = Backoff(base=0.5, cap=5.0), 0.0
+    while True:
+        try:
+            if delay:
+                time.sleep(delay)
+                delay = 0.0
+            if stop_wanted and not stop_sent:
+                client.stop(job_id, reason="Ctrl-C in ftrl train")
+                stop_sent = True
+            info = client.wait_job(job_id, seq, FOLLOW_POLL_S)
+        except KeyboardInterrupt:
+            if stop_wanted:
+                raise
+            stop_wanted = True
+            print("\nftrl train: stopping after this iteration (Ctrl-C again aborts)", file=sys.stderr)
+            continue
+        except (ActorUnavailableError, FtrlTimeoutError) as e:
+            now = time.monotonic()
+            if outage_since is None:
+                outage_since = now
+                print(f"\nftrl train: coordinator unreachable ({e}); retrying", file=sys.stderr)
+            elif now - outage_since > FOLLOW_OUTAGE_S:
+                raise FtrlTimeoutError(f"could not reach the coordinator for {FOLLOW_OUTAGE_S:g}s; "
+                                       f"job {job_id} may still be running") from None
+            delay = backoff.next_delay()
+            continue
+        outage_since = None
+        backoff.reset()
+        seq = info["seq"]
+        if info["stage"] != stage:
+            stage = info["stage"]
+            if stage == "RECOVERING":
+                print(f"\nftrl train: the driver is down ({info['reason'] or 'restarting'}); "
+                      "waiting for it to restart", file=sys.stderr)
+        if info["driver_incarnation"] > incarnation:
+            if incarnation:
+                where = info["last_checkpoint"] or _newest_checkpoint(output) or "the start"
+                print(f"\nftrl train: driver restarted (incarnation {info['driver_incarnation']}); "
+                      f"resuming from {where}", file=sys.stderr)
+            incarnation = info["driver_incarnation"]
+        row = info["metrics"]
+        if row and (row.get("iteration") or 0) > iteration:
+            iteration = row.get("iteration") or 0
+            shown["row"] = row
+            progress(row)
+        if stage in FINAL_STAGES:
+            return info
+
+
+def _newest_checkpoint(output: Path) -> str:
+    """The newest checkpoint file in OUTPUT/checkpoints ("" if none can be seen here)."""
+    with contextlib.suppress(OSError):
+        found = sorted((output / "checkpoints").glob("checkpoint_*.ftrl"))
+        if found:
+            return str(found[-1])
+    return ""
+
+
+def _wait_actors_gone(client: Any, job_id: str, timeout: float = ACTORS_GONE_S) -> None:
+    """Wait (bounded) until the coordinator ended the job's actors; kill what is left."""
+    deadline = time.monotonic() + timeout
+    live: list[str] = []
+    while time.monotonic() < deadline:
+        try:
+            live = [a["name"] for a in client.actors(prefix=f"{job_id}/") if a["state"] != "DEAD"]
+        except FtrlError:
+            return
+        if not live:
+            return
+        time.sleep(0.2)
+    for name in live:
+        with contextlib.suppress(FtrlError):
+            client.kill_actor(name, "job ended")
+
+
+def _summary(info: dict[str, Any], output: Path) -> dict[str, Any]:
+    """How the job ended: from its record, or from OUTPUT/result.json when that is this run's."""
+    summary = {
+        "iteration": info["iteration"],
+        "env_steps_sampled": info["env_steps_sampled"],
+        "episode_return_mean": info["metrics"].get("episode_return_mean"),
+        "stop_reason": "stopped" if info["stage"] == "STOPPED" else (info["reason"] or "a stop criterion"),
+    }
+    with contextlib.suppress(OSError, ValueError):
+        saved = json.loads((output / "result.json").read_text())
+        if isinstance(saved, dict) and saved.get("iteration") == info["iteration"]:
+            summary.update({k: saved[k] for k in summary if saved.get(k) is not None})
+    return summary
 
 
 def _print_summary(summary: dict[str, Any], output: Path) -> None:

@@ -179,6 +179,23 @@ class ActorServicer(pb_grpc.ActorServicer):
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         return pb.CallChunk(data=data, total_bytes=total)
 
+    async def drain(self, grace_s: float) -> str:
+        """Run the object's optional `__ftrl_drain__()` like a call (sync ones on the call
+        threads, after the calls before it), for at most `grace_s`; says how it went."""
+        hook = getattr(self.obj, "__ftrl_drain__", None)
+        if not callable(hook):
+            return "it has no __ftrl_drain__"
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout(grace_s):
+                await self._run(hook, [], {})
+        except TimeoutError:
+            return f"__ftrl_drain__ did not finish within {grace_s:g}s"
+        except Exception as e:  # user code: log it, then stop as asked
+            log.warning("actor %s: __ftrl_drain__ raised", self.name, exc_info=True)
+            return f"__ftrl_drain__ raised {type(e).__name__}: {e}"
+        return f"__ftrl_drain__ finished in {time.monotonic() - t0:.2f}s"
+
     async def _run(self, fn, args: list, kwargs: dict) -> Any:
         if inspect.iscoroutinefunction(fn):
             return await fn(*args, **kwargs)

@@ -15,6 +15,15 @@
   coordinator decides.
 - Every alive actor is pinged on its own event loop; one that does not answer
   for `actor_hang_timeout_s` (SIGSTOP, a wedged loop) is killed and restarted.
+- Restarts in place follow the coordinator's RestartPolicy (sent at every
+  registration), so both sides apply one rule.
+- Drain (`drain()`, on the worker's first SIGTERM): tell the coordinator (a
+  `Drain` message, again on every new session), which stops each actor here with
+  `StopActor(drain=True)` and starts it elsewhere; no local restarts meanwhile.
+  If the coordinator is unreachable, or has not moved them within half the drain
+  timeout, the worker drains its actors itself. Once none is left (and the
+  coordinator acknowledged the reports) the agent stops; at `drain_timeout_s` it
+  stops whatever is left at once.
 """
 
 from __future__ import annotations
@@ -35,7 +44,8 @@ from pathlib import Path
 import grpc
 
 from ftrl import __version__
-from ftrl.util.backoff import Backoff, restart_delay
+from ftrl.util.backoff import Backoff
+from ftrl.util.restart_policy import RestartPolicy
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.errors import (
@@ -57,7 +67,8 @@ LEASE_FRACTION = 0.8
 MAX_PENDING_REPORTS = 10_000
 GPU_WAIT_S = 5.0
 REGISTER_TIMEOUT_S = 5.0
-QUICK_CRASH_S = 1.0
+DRAIN_EXIT_SLACK_S = 7.0  # after its drain hook an actor runs __ftrl_shutdown__ (5s) and exits
+FLUSH_TIMEOUT_S = 10.0  # at the end of a drain: wait this long at most for the reports' ack
 
 
 @dataclass
@@ -74,6 +85,7 @@ class WorkerOptions:
     preload: str = ""
     log_dir: str | None = None
     log_level: str = "INFO"
+    drain_timeout_s: float = 60.0  # SIGTERM: drain for at most this long, then stop at once
 
 
 @dataclass(eq=False)
@@ -94,6 +106,7 @@ class LocalActor:
     hung: bool = False
     stop_requested: bool = False
     stop_reason: str = ""
+    drain: bool = False  # the stop asked the actor to drain first
     task: asyncio.Task | None = None
     gpu_ids: list[int] = field(default_factory=list)
     gpu_shared: bool = False  # a fraction of gpu_ids[0], not exclusively ours
@@ -163,7 +176,13 @@ class NodeAgent:
         self.last_ack = 0.0
         self.hb_interval = 1.0
         self.hb_timeout = 5.0
+        self.restart_policy = RestartPolicy()
         self.connected = asyncio.Event()
+        self.draining = ""  # why the node drains; "" while it does not
+        self._drain_requested = asyncio.Event()
+        self._hb_sent = 0  # seq of the last heartbeat written (increasing across sessions)
+        self._hb_acked = 0  # seq of the last heartbeat the coordinator acknowledged
+        self._drain_sent = False  # this session's stream carried our Drain
         self._reports: deque[pb.ActorReport] = deque(maxlen=MAX_PENDING_REPORTS)
         self._report_ready = asyncio.Event()
         self._free_gpus = list(range(opts.gpus))
@@ -190,6 +209,7 @@ class NodeAgent:
                     tg.create_task(self._connection_loop()),
                     tg.create_task(self._ping_loop()),
                     tg.create_task(self.pool.maintain()),
+                    tg.create_task(self._drain_when_asked()),
                 ]
                 stopper = tg.create_task(self._wait_stop(stop))
                 await stopper
@@ -217,7 +237,7 @@ class NodeAgent:
 
     async def _stop_all(self, reason: str) -> None:
         for la in list(self.actors.values()):
-            la.stop_requested, la.stop_reason = True, reason
+            la.stop_requested, la.stop_reason, la.drain = True, reason, False
         await asyncio.gather(*(self._stop_actor(la) for la in list(self.actors.values())),
                              return_exceptions=True)
         for task in list(self._tasks):
@@ -226,6 +246,72 @@ class NodeAgent:
         for channel, _ in self._ping_channels.values():
             await channel.close()
         self._ping_channels.clear()
+
+    # ---------------------------------------------------------------- drain
+
+    def drain(self, reason: str) -> bool:
+        """Start draining this node (see the module docstring); False if it drains already."""
+        if self.draining:
+            return False
+        self.draining = reason or "drain requested"
+        self.pool.size = 0  # no warm spares needed from now on
+        self._drain_requested.set()
+        self._report_ready.set()  # wakes the writer: the Drain goes out now
+        return True
+
+    async def _drain_when_asked(self) -> None:
+        """Once drain() is called: wait until no actor is left (bounded), then stop the agent."""
+        await self._drain_requested.wait()
+        timeout = self.opts.drain_timeout_s
+        log.warning("draining (%s): %d actors here; the coordinator moves them away; exiting once "
+                    "none is left (at most %gs; a second SIGTERM or SIGINT stops everything now)",
+                    self.draining, len(self.actors), timeout)
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._drain_actors(t0 + timeout / 2)
+                unsent = await self._flush_reports(FLUSH_TIMEOUT_S)
+            log.warning("drained in %.1fs: no actors left%s; exiting", time.monotonic() - t0,
+                        f" ({unsent})" if unsent else "")
+        except TimeoutError:
+            log.error("drain timeout (%gs) passed with %d actors left (%s): stopping them at once",
+                      timeout, len(self.actors), ", ".join(sorted(self.actors)))
+        self._stop.set()
+
+    async def _drain_actors(self, self_drain_at: float) -> None:
+        """Wait until no actor is left. The coordinator stops them (StopActor drain=True);
+        if it is unreachable, or after `self_drain_at`, the worker drains them itself."""
+        on_our_own = False
+        while self.actors:
+            if not on_our_own and (not self.connected.is_set() or time.monotonic() >= self_drain_at):
+                why = ("the coordinator is unreachable" if not self.connected.is_set() else
+                       "the coordinator has not moved them yet")
+                log.warning("%s: draining the %d actors here myself (%s)", why, len(self.actors),
+                            ", ".join(sorted(self.actors)))
+                on_our_own = True
+            if on_our_own:
+                for la in list(self.actors.values()):
+                    if not la.stop_requested:
+                        self._begin_stop(la, f"drained: its node drains ({self.draining})", drain=True)
+            await asyncio.sleep(0.1)
+
+    async def _flush_reports(self, timeout: float) -> str:
+        """Wait (at most `timeout`) until the coordinator has our Drain and every report:
+        it acknowledged a heartbeat written after them. Returns what is left unsaid."""
+        deadline = time.monotonic() + timeout
+        target = None
+        while time.monotonic() < deadline:
+            if not self.connected.is_set():
+                return f"the coordinator is unreachable: {len(self._reports)} reports unsent"
+            if self._reports or not self._drain_sent:
+                target = None
+            elif target is None:
+                target = self._hb_sent + 1  # the next heartbeat follows them on the stream
+            elif self._hb_acked >= target:
+                return ""
+            await asyncio.sleep(0.05)
+        return (f"{len(self._reports)} reports not acknowledged by the coordinator within "
+                f"{timeout:g}s; it will find out when this node is declared lost")
 
     # ---------------------------------------------------------------- coordinator link
 
@@ -290,6 +376,15 @@ class NodeAgent:
         self.epoch = reply.node_epoch
         self.hb_interval = reply.heartbeat_interval_s or 1.0
         self.hb_timeout = reply.heartbeat_timeout_s or 5.0
+        try:
+            policy = RestartPolicy.from_reply(reply)
+        except ValueError as e:
+            log.error("coordinator sent a restart policy that makes no sense (%s); keeping %s",
+                      e, self.restart_policy)
+        else:
+            if policy != self.restart_policy:
+                log.info("restart policy from the coordinator: %s", policy)
+            self.restart_policy = policy
         for stop in reply.stop:
             log.warning("coordinator fenced %s incarnation %d: %s", stop.name, stop.incarnation, stop.reason)
             self._on_stop(stop, report=False)
@@ -301,17 +396,24 @@ class NodeAgent:
         call = self._stub.Connect(metadata=self._md)
         sent: dict[int, float] = {}
         self.last_ack = time.monotonic()
+        self._drain_sent = False
 
         async def writer() -> None:
-            seq = 0
             while True:
-                seq += 1
+                self._hb_sent += 1
+                seq = self._hb_sent
                 sent[seq] = time.monotonic()
                 await call.write(pb.NodeMessage(
                     node_id=self.node_id, epoch=self.epoch,
                     heartbeat=pb.Heartbeat(seq=seq, num_actors=len(self.actors))))
                 deadline = time.monotonic() + self.hb_interval
                 while (remaining := deadline - time.monotonic()) > 0:
+                    if self.draining and not self._drain_sent:
+                        await call.write(pb.NodeMessage(node_id=self.node_id, epoch=self.epoch,
+                                                        drain=pb.Drain(reason=self.draining)))
+                        self._drain_sent = True
+                        log.info("told the coordinator this node drains")
+                        continue
                     if not self._reports:
                         self._report_ready.clear()
                         try:
@@ -335,6 +437,7 @@ class NodeAgent:
                     if t is not None:
                         self.lease_until = t + LEASE_FRACTION * self.hb_timeout
                         self.last_ack = time.monotonic()
+                        self._hb_acked = max(self._hb_acked, msg.ack.seq)
                         self.connected.set()
                 elif kind == "start":
                     self._on_start(msg.start)
@@ -393,13 +496,36 @@ class NodeAgent:
         la = self.actors.get(stop.name)
         if la is None or (stop.incarnation and la.incarnation > stop.incarnation):
             return
-        la.stop_requested, la.stop_reason = True, stop.reason
+        if stop.drain and not stop.fenced:
+            if la.stop_requested:
+                return  # stopping already (a drain or a plain stop)
+            self._begin_stop(la, f"drained: {stop.reason or 'the coordinator asked'}", drain=True,
+                             report=report)
+        else:
+            self._begin_stop(la, stop.reason, report=report)
+
+    def _begin_stop(self, la: LocalActor, reason: str, drain: bool = False, report: bool = True) -> None:
+        la.stop_requested, la.stop_reason, la.drain = True, reason, drain
         self._spawn(self._stop_actor(la, report))
 
     async def _stop_actor(self, la: LocalActor, report: bool = True) -> None:
+        """End the actor's process: a drain lets it run `__ftrl_drain__` first (bounded)."""
         la.state = "stopping"
+        drain = la.drain
         if la.host is not None:
-            await la.host.stop(grace_s=0.5 if la.stop_reason.startswith("fenced") else 2.0)
+            if drain:
+                grace = self.opts.drain_timeout_s + DRAIN_EXIT_SLACK_S
+                log.info("actor %s incarnation %d: asking it to drain (%s; killed if still there "
+                         "after %gs)", la.name, la.incarnation, la.stop_reason, grace)
+            else:
+                grace = 0.5 if la.stop_reason.startswith("fenced") else 2.0
+            t0 = time.monotonic()
+            code = await la.host.stop(grace_s=grace, drain=drain)
+            if drain:
+                log.info("actor %s incarnation %d drained in %.2fs (%s)", la.name, la.incarnation,
+                         time.monotonic() - t0, describe_exit(code))
+                if code != 0:
+                    la.stop_reason += f" ({describe_exit(code)})"
         if la.task is not None and not la.task.done():
             la.task.cancel()
         self._forget(la)
@@ -428,7 +554,7 @@ class NodeAgent:
             if delay_s > 0:
                 la.state = "waiting"
                 await asyncio.sleep(delay_s)
-            la.state, la.hung, la.port, la.pid = "starting", False, 0, 0
+            la.state, la.hung, la.port, la.pid, la.started_at = "starting", False, 0, 0, 0.0
             host = await self.pool.acquire()
             la.host = host
             la.pid = host.pid
@@ -458,7 +584,7 @@ class NodeAgent:
             "kind": "assign", "spec": spec.SerializeToString(), "incarnation": la.incarnation,
             "restarts": la.restarts, "node_id": self.node_id, "coordinator": self.opts.coordinator,
             "bind_host": self.address, "log_path": str(self._log_path(la.name)), "env": env,
-            "log_level": self.opts.log_level,
+            "log_level": self.opts.log_level, "drain_grace_s": self.opts.drain_timeout_s,
             "security": {k: v for k, v in vars(self.security).items() if v is not None},
         }
         t0 = time.monotonic()
@@ -541,25 +667,35 @@ class NodeAgent:
         reason = f"{prefix + '; ' if prefix else ''}{why}"
         tail = log_tail(self._log_path(la.name))
         details = f"{reason}\n--- last lines of {self._log_path(la.name)} ---\n{tail}" if tail else reason
-        quick = la.started_at == 0.0 or time.monotonic() - la.started_at < QUICK_CRASH_S
-        la.crash_streak = la.crash_streak + 1 if quick else 1
-        spec = la.spec
-        has_budget = spec.max_restarts < 0 or la.restarts < spec.max_restarts
+        if self.draining and code == 0:
+            # ended on its own while the node drains (a SIGTERM to the whole process group
+            # or cgroup, as systemd and SLURM send): drained, not a crash
+            log.info("actor %s incarnation %d drained on its own (exited with code 0)", la.name,
+                     la.incarnation)
+            self._forget(la)
+            self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
+                         reason=f"drained: exited with code 0 while its node drains ({self.draining})")
+            return
+        policy = self.restart_policy
+        alive_for = None if la.started_at == 0.0 else time.monotonic() - la.started_at
+        la.crash_streak = policy.next_streak(la.crash_streak, alive_for)
+        has_budget = policy.has_budget(la.restarts, la.spec.max_restarts)
         in_range = la.incarnation + 1 < la.local_until
-        if has_budget and in_range and self.lease_valid():
+        if has_budget and in_range and self.lease_valid() and not self.draining:
             old = la.incarnation
             self._report(name=la.name, incarnation=old, kind=pb.REPORT_EXITED, exit_code=code or 0,
                          reason=details[:4000], restarting_locally=True, next_incarnation=old + 1)
             la.incarnation, la.restarts = old + 1, la.restarts + 1
             la.host = None
             self._release_gpus(la)
-            delay = restart_delay(la.crash_streak - 1)
+            delay = policy.delay(la.crash_streak)
             log.warning("actor %s incarnation %d %s; restarting in place as incarnation %d%s",
                         la.name, old, reason, la.incarnation, f" in {delay:.2f}s" if delay else "")
             la.task = self._spawn(self._run_actor(la, delay))
         else:
             why_not = ("no restarts left" if not has_budget else
-                       "no local incarnations left" if not in_range else "no coordinator lease")
+                       "no local incarnations left" if not in_range else
+                       "the node drains" if self.draining else "no coordinator lease")
             log.warning("actor %s incarnation %d %s; not restarting locally (%s)", la.name,
                         la.incarnation, reason, why_not)
             self._forget(la)

@@ -8,6 +8,13 @@ call instead of a Python start plus imports.
 
 The process dies with its worker (PR_SET_PDEATHSIG) and also exits when the
 control pipe closes.
+
+Signals, once the actor serves: SIGINT stops it now (the worker's plain stop);
+SIGTERM drains it (the worker's drain stop, or a pre-emption notice sent to the
+whole process group): the object's optional `__ftrl_drain__()` runs like a call
+(off the event loop, calls and pings still answered) for at most the worker's
+drain grace, then the actor stops. Either way `__ftrl_shutdown__()` runs last.
+Before it serves, both signals end the process at once.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Any
 
-from ftrl.util.runtime import die_with_parent, run_async, setup_logging, stop_on_signals
+from ftrl.util.runtime import die_with_parent, run_async, setup_logging
 from ftrl.worker.pipe import read_frame, write_frame
 
 log = logging.getLogger("ftrl.actor")
@@ -69,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctl-out", type=int, required=True)
     ap.add_argument("--preload", default="")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # until it serves: a stop ends it at once
     die_with_parent()
     _set_title("ftrl-actor-spare")
     for module in filter(None, args.preload.split(",")):
@@ -140,9 +149,10 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
                           "incarnation": incarnation})
     log.info("actor %s incarnation %d serving on port %d (started in %.3fs)",
              spec.name, incarnation, port, time.monotonic() - started)
-    stop = asyncio.Event()
-    stop_on_signals(stop)
+    stop, drain = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, drain.set)
 
     def _ctl_readable() -> None:
         try:
@@ -154,7 +164,18 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
             stop.set()
 
     loop.add_reader(ctl_in, _ctl_readable)
-    await stop.wait()
+    await _first_of(stop, drain)
+    if drain.is_set() and not stop.is_set():
+        grace = float(msg.get("drain_grace_s", 30.0))
+        log.info("actor %s incarnation %d draining (at most %gs)", spec.name, incarnation, grace)
+        draining = asyncio.ensure_future(servicer.drain(grace))
+        await _first_of(stop, draining)
+        if draining.done():
+            log.info("actor %s incarnation %d: %s; stopping", spec.name, incarnation, draining.result())
+        else:
+            draining.cancel()
+            log.warning("actor %s incarnation %d: asked to stop now while draining", spec.name,
+                        incarnation)
     shutdown = getattr(obj, "__ftrl_shutdown__", None)
     if callable(shutdown):
         with contextlib.suppress(Exception):
@@ -162,6 +183,17 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
     await server.stop(0.5)
     servicer.executor.shutdown(wait=False, cancel_futures=True)
     return 0
+
+
+async def _first_of(*waits: asyncio.Event | asyncio.Future) -> None:
+    """Return once one of the events is set or one of the futures is done."""
+    waiters = [asyncio.ensure_future(w.wait()) if isinstance(w, asyncio.Event) else w for w in waits]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w, original in zip(waiters, waits, strict=True):
+            if w is not original:
+                w.cancel()
 
 
 if __name__ == "__main__":

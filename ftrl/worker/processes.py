@@ -79,11 +79,15 @@ class ActorProcess:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(sig)
 
-    async def stop(self, grace_s: float = 2.0) -> int:
-        """SIGTERM, then SIGKILL after `grace_s`; returns the exit code."""
+    async def stop(self, grace_s: float = 2.0, drain: bool = False) -> int:
+        """Ask the host to end, then SIGKILL after `grace_s`; returns the exit code.
+
+        drain=False sends SIGINT (stop now); drain=True sends SIGTERM, on which the host
+        first runs the actor's `__ftrl_drain__()` (see ftrl.worker.host).
+        """
         if self.proc.returncode is None:
-            self.signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-            self.signal(signal.SIGTERM)
+            self.signal(signal.SIGCONT)  # a stopped process cannot handle signals
+            self.signal(signal.SIGTERM if drain else signal.SIGINT)
             try:
                 await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace_s)
             except TimeoutError:

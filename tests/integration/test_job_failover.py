@@ -1,0 +1,69 @@
+"""Jobs on a coordinator that is killed with SIGKILL: training goes on without it, and the
+restarted coordinator (same state dir) picks the job up where it is."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+from tests.integration.conftest import wait_until
+
+JOB = {"algo": "ppo", "env": "CartPole-v1", "num_env_runners": 1, "num_envs_per_env_runner": 4,
+       "train_batch_size": 256, "minibatch_size": 128, "num_epochs": 2,
+       "checkpoint_interval": 1, "stop": {"stop_iters": 10_000}}
+
+
+def _rows(output) -> list[dict]:
+    path = output / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_job_survives_coordinator_kill_and_two_jobs_side_by_side(make_cluster, tmp_path):
+    cl = make_cluster(workers=1, slots=3)
+    c = cl.client()
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert c.submit(JOB, job_id="first", output_dir=str(first)) == "first"
+    c.submit({**JOB, "num_env_runners": 1}, job_id="second", output_dir=str(second))
+    status = wait_until(lambda: (s := c.job_status("first"))["iteration"] >= 2 and s, 180,
+                        what="the first job to train")
+    assert status["stage"] == "RUNNING" and "first/algorithm" in status["actors"]
+    wait_until(lambda: c.job_status("second")["iteration"] >= 1, 180, what="the second job to train")
+    driver = c.actor("first/algorithm")
+
+    # stopping one job leaves the other untouched
+    stopped = c.stop("second", wait=True, timeout=120)
+    assert stopped["stage"] == "STOPPED", stopped
+    assert (second / "checkpoints").is_dir() and any((second / "checkpoints").iterdir())
+    assert c.job_status("first")["stage"] == "RUNNING"
+    assert not [a for a in c.actors(prefix="second/") if a["state"] != "DEAD"]
+
+    before = c.job_status("first")
+    cl.coordinator_proc.send_signal(signal.SIGKILL)
+    cl.coordinator_proc.wait(10)
+    at_kill = len(_rows(first))
+    time.sleep(6)
+    during = len(_rows(first))
+    assert during > at_kill, "training must go on while the coordinator is down"
+
+    cl.start_coordinator()
+    cl.wait_nodes(["local-0"], timeout=60)
+    after = wait_until(lambda: (s := c.job_status("first"))["iteration"] > before["iteration"]
+                       and s["stage"] == "RUNNING" and s, 120, what="the job RUNNING after the restart")
+    assert after["env_steps_sampled"] >= before["env_steps_sampled"]
+    again = c.actor("first/algorithm")
+    assert (again["pid"], again["incarnation"]) == (driver["pid"], driver["incarnation"])
+    assert c.job_status("second")["stage"] == "STOPPED"
+
+    # results replay every iteration from the first, in order, none missing
+    rows = []
+    for row in c.results("first", follow=False):
+        rows.append(row)
+    iterations = [r["iteration"] for r in rows]
+    assert iterations == list(range(1, len(iterations) + 1)) and len(iterations) >= after["iteration"] - 1
+
+    final = c.stop("first", wait=True, timeout=120)
+    assert final["stage"] == "STOPPED"
+    assert (first / "result.json").exists()
