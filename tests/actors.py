@@ -80,3 +80,23 @@ class BadInit:
 
 def not_a_class() -> None:
     """A class path may not name a function."""
+
+
+class Drainable(Counter):
+    """A Counter with a drain hook: `__ftrl_drain__` writes `marker + ".started"`, waits
+    `drain_s` seconds, then writes `marker` (its name, incarnation and pid)."""
+
+    def __init__(self, marker: str, drain_s: float = 0.0, start: int = 0) -> None:
+        super().__init__(start)
+        self.marker = marker
+        self.drain_s = drain_s
+
+    def __ftrl_drain__(self) -> None:
+        ctx = get_runtime_context()
+        text = f"{ctx.name if ctx else '?'} {ctx.incarnation if ctx else 0} {os.getpid()}"
+        with open(self.marker + ".started", "w") as f:
+            f.write(text)
+        time.sleep(self.drain_s)
+        with open(self.marker + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(self.marker + ".tmp", self.marker)

@@ -305,6 +305,11 @@ class JobTable:
             raise FailedPreconditionError(
                 f"job {job.job_id!r} has {job.num_learners} learners: a job trains either in its "
                 "driver (0 learners) or on a learner group (1 or more), and cannot switch while running")
+        if req.num_env_runners not in (-1, job.num_env_runners) and (
+                (job.num_env_runners == 0) != (req.num_env_runners == 0)):
+            raise FailedPreconditionError(
+                f"job {job.job_id!r} has {job.num_env_runners} env runners: a job samples either "
+                "in its driver (0 runners) or on env runners (1 or more), and cannot switch while running")
         changed = False
         if req.num_env_runners != -1 and req.num_env_runners != job.num_env_runners:
             job.num_env_runners, changed = req.num_env_runners, True
@@ -348,7 +353,9 @@ class JobTable:
                 raise InvalidArgumentError(f"a result row of {len(row.row)} bytes or a negative iteration")
             self._results.append((job.job_id, row.iteration, row.row))
             job.metrics, changed = row.row, True
-        if (r.iteration, r.env_steps_sampled) != (job.iteration, job.env_steps_sampled):
+        # A STARTING driver does not know its counters yet (its checkpoint is not loaded).
+        counted = r.stage != pb.JOB_STARTING
+        if counted and (r.iteration, r.env_steps_sampled) != (job.iteration, job.env_steps_sampled):
             job.iteration, job.env_steps_sampled, changed = r.iteration, r.env_steps_sampled, True
         if r.last_checkpoint and r.last_checkpoint != job.last_checkpoint:
             job.last_checkpoint, changed = r.last_checkpoint[:4096], True

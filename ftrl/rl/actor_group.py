@@ -69,6 +69,8 @@ class ActorGroup:
         self._resources = resources
         self._create_options = dict(create_options or {})
         self._pool = cf.ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix=pool_name)
+        self._pool_size = pool_size
+        self._pool_name = pool_name
         self._pinned: dict[tuple[str, int], Any] = {}
         self.slots: list[Any] = []  # ActorSlot or a subclass of it
 
@@ -96,6 +98,16 @@ class ActorGroup:
         # StaleIncarnationError until the owner decided to adopt it (`wait_alive`).
         slot.handle = handle.options(strict=True)
         slot.incarnation = getattr(slot.handle, "incarnation", 0)
+
+    def ensure_pool(self, size: int) -> None:
+        """Room for `size` background calls at once (a group that grew): a bigger pool
+        takes new work; calls already on the old one finish there."""
+        if size <= self._pool_size:
+            return
+        old = self._pool
+        self._pool = cf.ThreadPoolExecutor(max_workers=size, thread_name_prefix=self._pool_name)
+        self._pool_size = size
+        old.shutdown(wait=False)
 
     def create_all(self, slots: list[ActorSlot]) -> dict[str, cf.Future]:
         """Start creating `slots` in parallel on the pool: {name: future of `create`}."""
@@ -177,9 +189,12 @@ class ActorGroup:
 
     def kill(self, name: str, reason: str = "") -> None:
         """Kill actor `name` for good (no restart); errors are the caller's."""
-        if reason:
+        if not reason:
+            self.client.kill_actor(name)
+            return
+        try:
             self.client.kill_actor(name, reason=reason)
-        else:
+        except TypeError:  # a client whose kill_actor takes no reason (in-process LocalClient)
             self.client.kill_actor(name)
 
     def stop(self, kill: bool = True, reason: str = "") -> None:

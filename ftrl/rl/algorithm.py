@@ -16,11 +16,14 @@ checkpoints. Two neighbours hold the remainder, behind methods that delegate to 
   `check_resume_compatible`.
 
 Runners: with `num_env_runners=0` the Algorithm samples with a local EnvRunner in its
-own process. Otherwise it creates remote runners through `client.create_actor`; the
+own process (for the whole run: a run cannot go to or from 0 runners while it runs).
+Otherwise it creates remote runners through `client.create_actor`; the
 client is injected (`client=`), so the same code runs on the real runtime, on
 `ftrl.rl.local_handle.LocalClient` (in-process threads) in tests, or on whatever the
 cluster hook provides. With no client given and remote runners or learners asked
 for, an embedded local cluster is started (`embedded_cluster_for`).
+`scale_env_runners(n)` / `scale_learners(m)` resize the groups at the next iteration /
+step boundary.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ class Algorithm:
             self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", cfg.checkpointing_cfg.keep_checkpoints)
             self.metrics_log = MetricsLog(self.output_dir / "metrics.jsonl")
         self.restored_from: Path | None = None
+        self.last_checkpoint: Path | None = None  # written by this run (save_checkpoint)
         self._saved_runner_counters: dict[str, Any] = {}
         # the cluster (for remote runners and learners)
         self._own_client = False
@@ -171,6 +175,17 @@ class Algorithm:
             raise ConfigError("this run has no learner group (num_learners=0)")
         group.scale(num_learners)
 
+    def scale_env_runners(self, num_env_runners: int) -> None:
+        """Grow or shrink the env runners at the next iteration boundary (thread-safe).
+        A run that samples in this process (num_env_runners=0) has no group to resize."""
+        group = self.env_runner_group
+        if group is None:
+            if int(num_env_runners) == 0:
+                return
+            raise ConfigError("this run samples in the driver process (num_env_runners=0) and cannot "
+                              "get env runners while it runs; submit it again with num_env_runners > 0")
+        group.scale(num_env_runners)
+
     def _setup_runners(self) -> None:
         cfg = self.config
         spec = self.spec.to_dict()
@@ -198,6 +213,8 @@ class Algorithm:
         """Run `training_iteration()` (repeated up to min_sample_timesteps_per_iteration),
         evaluate if due, log metrics, checkpoint if due; return the result dict."""
         t0 = time.monotonic()
+        if self.env_runner_group is not None:
+            self.env_runner_group.apply_scale()  # an iteration boundary
         self._iter = {"env_steps": 0, "episodes": 0, "samples": 0}
         algo_result: dict[str, Any] = {}
         min_steps = self.config.reporting_cfg.min_sample_timesteps_per_iteration
@@ -413,7 +430,9 @@ class Algorithm:
 
     def save_checkpoint(self) -> Path:
         """Write a checkpoint for the current iteration under output_dir/checkpoints."""
-        return algo_state.save_checkpoint(self)
+        path = algo_state.save_checkpoint(self)
+        self.last_checkpoint = path
+        return path
 
     def check_compatible(self, state: dict[str, Any]) -> None:
         """Raise ConfigError if this config cannot continue from `state`."""
@@ -456,8 +475,9 @@ class Algorithm:
         (`note`: why a run that did not fail ended early)."""
         return run_loop.finish(self, reason, result, error, final_checkpoint, note)
 
-    def stop(self) -> None:
-        """Stop runners (killing remote ones) and close sub-envs."""
+    def stop(self, kill_actors: bool = True) -> None:
+        """Stop runners and learners (killing remote ones unless `kill_actors` is False:
+        a drained driver leaves them to its next incarnation) and close sub-envs."""
         if self._stopped:
             return
         self._stopped = True
@@ -466,7 +486,7 @@ class Algorithm:
                 runner.stop()
         for group in (self.env_runner_group, self.eval_runner_group, self.learner_group):
             if group is not None:
-                group.stop(kill=True)
+                group.stop(kill=kill_actors)
         if self._own_client and self.client is not None:
             self.client.close()
         if self._own_cluster is not None:

@@ -11,6 +11,19 @@ re-attaches to the runners that stayed up, and resumes from the newest valid che
 in `output_dir` (iteration and env steps never go backwards past it). `status()`
 reports progress; `stop()` asks for a stop after the current iteration.
 Outside an actor (tests), pass `client=` in-process.
+
+Inside an actor the driver also reports to its job record on the coordinator through
+a `JobLink` (ftrl.rl.job_link; never in training's way): STARTING at once, RUNNING
+once built, every iteration's metrics row with the newest checkpoint, and the final
+stage (FINISHED: a stop criterion; STOPPED: on request; FAILED: the error) before it
+ends. Each reply may ask for a stop or for other numbers of env runners / learners,
+applied at the next boundary. The wanted sizes are not checkpointed: a restarted
+driver starts with the job's configured sizes and the coordinator's wanted ones are
+applied from its first reply.
+
+`__ftrl_drain__()` (the worker is being pre-empted): stop after the current iteration
+with a checkpoint, leave runners and learners up, report no final stage; the driver's
+next incarnation (elsewhere) re-attaches and resumes from that checkpoint.
 """
 
 from __future__ import annotations
@@ -22,11 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from ftrl.config import load_job
+from ftrl.rl.job_link import JobLink
 from ftrl.rl.metrics import json_safe
+from ftrl.rl.run_loop import StopRequest
+from ftrl.wire.errors import FtrlError
 
 log = logging.getLogger(__name__)
 
 _FINAL_STAGES = ("FINISHED", "STOPPED", "FAILED")
+#: How long `__ftrl_drain__` waits for the iteration in progress and its checkpoint.
+DRAIN_TIMEOUT_S = 60.0
+#: How long the end of a run waits for the coordinator to take its final report.
+FINAL_REPORT_TIMEOUT_S = 60.0
 # What a follower needs to show progress (Progress.format), not the whole result.
 _PROGRESS_KEYS = frozenset({
     "iteration", "env_steps_sampled", "episode_return_mean", "num_env_runners",
@@ -42,11 +62,14 @@ class AlgorithmDriver:
         job: the job file as a dict (`algo`, config keys or tables, `[stop]`).
         output_dir: where metrics.jsonl, checkpoints/ and result.json go.
         job_name: actor-name prefix of the job's runners (default: this actor's name
-            without its "/algorithm" suffix).
+            without its "/algorithm" suffix); also the job's id on the coordinator.
         client: only in-process; inside an actor the runtime's client is used.
+        job_client: what the job link reports through (`report_job`); default: the
+            runtime's client inside an actor, no reports outside one.
     """
 
-    def __init__(self, job: dict, output_dir: str, job_name: str | None = None, client: Any = None):
+    def __init__(self, job: dict, output_dir: str, job_name: str | None = None, client: Any = None,
+                 job_client: Any = None):
         from ftrl.client.context import get_runtime_context
 
         self.spec = load_job(data=job)  # ConfigError here fails the actor's start
@@ -57,14 +80,21 @@ class AlgorithmDriver:
             client = ctx.client()
         if job_name is None:
             job_name = ctx.name.rsplit("/algorithm", 1)[0] if ctx is not None else "job"
+        if job_client is None and ctx is not None:
+            job_client = ctx.client()
         self.client = client
         self.job_name = job_name
         self.output_dir = Path(output_dir)
-        self._stop = threading.Event()
+        self._stop = StopRequest()
         self._lock = threading.Condition()
         self._status: dict[str, Any] = {"stage": "STARTING", "incarnation": self.incarnation}
         self._done = threading.Event()
         self._algo: Any = None
+        self._seen_sizes: dict[str, int] = {}  # wanted sizes already acted on, by group
+        self.link: JobLink | None = None
+        if job_client is not None:
+            self.link = JobLink(job_client, job_name, self.incarnation, on_reply=self._on_job_info).start()
+            self.link.report("STARTING")
         self._thread = threading.Thread(target=self._main, name="ftrl-driver", daemon=True)
         self._thread.start()
 
@@ -75,6 +105,7 @@ class AlgorithmDriver:
 
     def _main(self) -> None:
         algo = None
+        final: dict[str, Any] = {}
         try:
             has_checkpoints = any((self.output_dir / "checkpoints").glob("checkpoint_*.ftrl"))
             algo = self.spec.config.build(
@@ -87,15 +118,62 @@ class AlgorithmDriver:
                 env_steps_sampled=algo.env_steps_sampled,
                 restored_from=str(algo.restored_from) if algo.restored_from else None,
             )
+            if self.link is not None:
+                self.link.report("RUNNING", iteration=algo.iteration, env_steps_sampled=algo.env_steps_sampled,
+                                 last_checkpoint=str(algo.restored_from or ""))
             summary = algo.run(self.spec.stop, on_result=self._on_result, stop_event=self._stop)
-            self._set(stage="STOPPED" if summary["stop_reason"] == "stopped" else "FINISHED", summary=summary)
-        except Exception as e:
+            reason = summary["stop_reason"]
+            if reason == "drained":
+                final = {"summary": summary}  # no stage: the job goes on elsewhere
+            elif reason == "stopped":
+                final = {"stage": "STOPPED", "summary": summary, "reason": "stopped on request"}
+            elif reason == "learner_wait_timeout":  # too few learners: not a stop criterion
+                final = {"stage": "FAILED", "summary": summary, "error": summary.get("error"),
+                         "reason": summary.get("error") or reason}
+            else:
+                final = {"stage": "FINISHED", "summary": summary, "reason": reason}
+        except BaseException as e:  # its thread's end: anything is the run's failure
             log.exception("driver of %s failed", self.job_name)
-            self._set(stage="FAILED", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+            error = f"{type(e).__name__}: {e}"
+            final = {"stage": "FAILED", "error": error, "traceback": traceback.format_exc(), "reason": error}
         finally:
+            self._end(algo, final)
+
+    def _end(self, algo: Any, final: dict[str, Any]) -> None:
+        """Stop the runners and learners (kept for the next incarnation when drained),
+        report the end, then show it in the status."""
+        drained = "stage" not in final
+        try:
             if algo is not None:
-                algo.stop()
+                algo.stop(kill_actors=not drained)
+        except Exception:
+            log.exception("driver of %s: stopping its runners and learners failed", self.job_name)
+        try:
+            self._report_end(algo, final)
+        finally:
+            if drained:
+                self._set(draining=True, summary=final.get("summary"))
+            else:
+                self._set(**final)
             self._done.set()
+
+    def _report_end(self, algo: Any, final: dict[str, Any]) -> None:
+        """The job's end to the coordinator (delivered, within a bound); a drained run
+        only flushes its rows: the job goes on with the driver's next incarnation."""
+        if self.link is None:
+            return
+        summary = final.get("summary") or {}
+        fields: dict[str, Any] = {}
+        if algo is not None:
+            fields = {"iteration": algo.iteration, "env_steps_sampled": algo.env_steps_sampled}
+        if summary.get("checkpoint"):
+            fields["last_checkpoint"] = str(summary["checkpoint"])
+        if "stage" not in final:
+            self.link.report(**fields)
+            self.link.close(flush_s=5.0)
+        else:
+            self.link.finish(final["stage"], str(final.get("reason") or ""), timeout_s=FINAL_REPORT_TIMEOUT_S,
+                             **fields)
 
     def _on_result(self, result: dict[str, Any]) -> None:
         self._set(
@@ -107,6 +185,35 @@ class AlgorithmDriver:
             num_env_runner_restarts=result.get("num_env_runner_restarts"),
             time_s=result.get("time_s"),
         )
+        algo = self._algo
+        if self.link is not None and algo is not None:
+            checkpoint = algo.last_checkpoint or algo.restored_from
+            self.link.report("RUNNING", iteration=result["iteration"], env_steps_sampled=result["env_steps_sampled"],
+                             row=json_safe(result), last_checkpoint=str(checkpoint or ""))
+
+    def _on_job_info(self, info: dict[str, Any]) -> None:
+        """A reply of the coordinator (on the link's thread): a stop request stops the run
+        after the current iteration; a wanted size that changed resizes its group once."""
+        if info.get("stop_requested"):
+            self._stop.request("stopped")
+        algo = self._algo
+        if algo is None:  # not built yet: the next reply (within a second) is acted on
+            return
+        for key, current, resize in (
+            ("num_env_runners", _target(algo.env_runner_group), algo.scale_env_runners),
+            ("num_learners", _target(algo.learner_group), algo.scale_learners),
+        ):
+            wanted = info.get(key)
+            if wanted is None or self._seen_sizes.get(key) == int(wanted):
+                continue
+            self._seen_sizes[key] = int(wanted)
+            if int(wanted) == current:
+                continue
+            log.info("job %s: %s %d -> %d (asked by the coordinator)", self.job_name, key, current, wanted)
+            try:
+                resize(int(wanted))
+            except FtrlError as e:
+                log.error("job %s: cannot set %s to %d: %s", self.job_name, key, wanted, e)
 
     def status(self) -> dict[str, Any]:
         """{"stage": STARTING|RUNNING|FINISHED|STOPPED|FAILED, "iteration",
@@ -135,12 +242,36 @@ class AlgorithmDriver:
         algo.scale_learners(int(num_learners))
         return self.status()
 
+    def scale_env_runners(self, num_env_runners: int) -> dict[str, Any]:
+        """Grow or shrink the job's env runners at the next iteration boundary."""
+        algo = self._algo
+        if algo is None:
+            raise RuntimeError("the job is not running yet")
+        algo.scale_env_runners(int(num_env_runners))
+        return self.status()
+
     def stop(self) -> dict[str, Any]:
         """Ask for a stop after the current iteration (with a final checkpoint)."""
-        self._stop.set()
+        self._stop.request("stopped")
+        return self.status()
+
+    def __ftrl_drain__(self) -> dict[str, Any]:
+        """The node is being pre-empted: stop after the current iteration with a
+        checkpoint (waiting up to DRAIN_TIMEOUT_S), keep the runners and learners, and
+        report no final stage: this actor restarts elsewhere and resumes from it."""
+        log.warning("driver of %s draining: stopping after this iteration with a checkpoint", self.job_name)
+        self._stop.request("drained")
+        if not self._done.wait(DRAIN_TIMEOUT_S):
+            log.error("driver of %s: the iteration did not end within %gs of the drain", self.job_name,
+                      DRAIN_TIMEOUT_S)
         return self.status()
 
     def wait(self, timeout: float = 60.0) -> dict[str, Any]:
         """Block until the run ends (or `timeout`); return the status."""
         self._done.wait(timeout)
         return self.status()
+
+
+def _target(group: Any) -> int:
+    """The size a runner or learner group is asked to have (0: there is no group)."""
+    return int(group.target) if group is not None else 0

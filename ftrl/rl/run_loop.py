@@ -3,16 +3,19 @@ checkpoint and output_dir/result.json.
 
     summary = run(algo, StopCriteria(stop_iters=100))   # same as algo.run(...)
     summary["stop_reason"]  # "stop_reward" | "stop_timesteps" | "stop_iters" | "stopped" |
-                            # "interrupted" | "learner_wait_timeout" | "error"
+                            # "drained" | "interrupted" | "learner_wait_timeout" | "error"
 
 `run` repeats `algo.train()` (one iteration: training_iteration(), evaluation,
 metrics.jsonl, periodic checkpoint) and checks `StopCriteria.met` after each. Stops:
 
 - a criterion met (also before the first iteration, e.g. after a resume): its name;
   final checkpoint.
-- Ctrl-C or SIGTERM (main thread only), or `stop_event` set: "stopped" after the
-  iteration in progress; final checkpoint. A second Ctrl-C aborts at once:
-  "interrupted", no final checkpoint, so a checkpoint never holds a half-done iteration.
+- Ctrl-C or SIGTERM (main thread only), or `stop_event` set: "stopped" (or the
+  `StopRequest`'s reason, e.g. "drained") after the iteration in progress; final
+  checkpoint. A second Ctrl-C aborts at once: "interrupted", no final checkpoint, so a
+  checkpoint never holds a half-done iteration.
+- "drained" (the driver's node is being pre-empted; the job goes on elsewhere from
+  the checkpoint): final checkpoint, but no result.json (the job has not ended).
 - LearnerWaitTimeout (too few learners for too long): "learner_wait_timeout"; final
   checkpoint; the message goes into the summary's "error".
 - any other exception: "error"; no final checkpoint; re-raised after result.json.
@@ -41,6 +44,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class StopRequest(threading.Event):
+    """A stop asked for from another thread; the run ends with `reason` as its
+    stop_reason (the first request's reason wins)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason = "stopped"
+
+    def request(self, reason: str = "stopped") -> None:
+        if not self.is_set():
+            self.reason = reason
+            self.set()
+
+
+def _requested(stop_event: threading.Event | None) -> str | None:
+    """The stop reason `stop_event` asks for, or None."""
+    if stop_event is None or not stop_event.is_set():
+        return None
+    return stop_event.reason if isinstance(stop_event, StopRequest) else "stopped"
+
+
 def run(
     algo: Algorithm,
     stop: StopCriteria,
@@ -51,9 +75,7 @@ def run(
     Returns {"stop_reason", "result", "checkpoint", ...} (see `finish`). `on_result` is
     called with every iteration's result dict."""
     result: dict[str, Any] | None = None
-    reason = stop.met(progress(algo))
-    if reason is None and stop_event is not None and stop_event.is_set():
-        reason = "stopped"
+    reason = stop.met(progress(algo)) or _requested(stop_event)
     error: BaseException | None = None
     aborted = False
     note = ""
@@ -64,8 +86,8 @@ def run(
                 if on_result is not None:
                     on_result(result)
                 reason = stop.met(result)
-                if reason is None and (stop_requested.is_set() or (stop_event is not None and stop_event.is_set())):
-                    reason = "stopped"
+                if reason is None:
+                    reason = "stopped" if stop_requested.is_set() else _requested(stop_event)
         except KeyboardInterrupt:
             reason, aborted = "interrupted", True
         except LearnerWaitTimeout as e:
@@ -99,14 +121,15 @@ def finish(
     note: str = "",
 ) -> dict[str, Any]:
     """Final checkpoint (unless the run failed or was aborted, or this iteration has one)
-    and output_dir/result.json; returns the summary written there. `note` (why a run
-    that did not fail ended early) goes in its "error" field."""
+    and output_dir/result.json (not for "drained": the job goes on elsewhere); returns
+    the summary written there. `note` (why a run that did not fail ended early) goes in
+    its "error" field."""
     path = None
     if (
         error is None
         and final_checkpoint
         and algo.checkpoints is not None
-        and algo.config.checkpointing_cfg.checkpoint_at_end
+        and (algo.config.checkpointing_cfg.checkpoint_at_end or reason == "drained")
         and algo.iteration > 0
         and algo._last_checkpoint_iter != algo.iteration
     ):
@@ -128,7 +151,7 @@ def finish(
         "result": result,
         "error": f"{type(error).__name__}: {error}" if error is not None else (note or None),
     }
-    if algo.output_dir is not None:
+    if algo.output_dir is not None and reason != "drained":
         atomic_write_json(algo.output_dir / "result.json", json_safe(summary))
     return summary
 

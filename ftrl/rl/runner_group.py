@@ -27,6 +27,15 @@ more than `max_weights_lag` versions behind the current ones (0: any older versi
 is dropped and counted (never used silently, never lost silently). Every fragment
 carries the weights version it was sampled with.
 
+Scaling (`scale(n)`, thread-safe; applied by `apply_scale()` on the driver thread at an
+iteration boundary): new runners `JOB/env_runner/I` join like recovering ones, created
+in the background and given the latest weights and filter state before their first
+sample. Shrinking retires the highest indices: a sample still in flight is collected
+by the next rounds (used if fresh, else dropped and counted in `env_steps_dropped`;
+lost if it is not back within the sample timeout), then the runner is killed ("scaled
+down"); a name is reused by a later scale-up only once its runner is gone. A group
+never goes to 0 runners (the driver would have to sample itself).
+
 Weights travel down a broadcast tree: the driver sends them to at most
 `weights_fanout` runners, each of which applies them and forwards the same payload
 to its children (`EnvRunner.set_weights_tree`), k-ary, over the runners that need the
@@ -42,6 +51,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +65,7 @@ from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
     ActorUnavailableError,
+    ConfigError,
     FtrlError,
     FtrlTimeoutError,
     MethodNotFoundError,
@@ -97,7 +108,8 @@ class EnvRunnerFailureError(FtrlError):
 class RunnerSlot(ActorSlot):
     """What the group knows about one remote runner (`index` is its worker index, 1-based)."""
 
-    state: str = "new"  # new | healthy | recovering | removed
+    state: str = "new"  # new | healthy | recovering | removed | retired (scaled away)
+    joining: bool = False  # added by a scale-up; not yet healthy (its start is no restart)
     synced_version: int = -1
     inflight: cf.Future | None = None
     inflight_version: int = -1
@@ -159,6 +171,10 @@ class EnvRunnerGroup(ActorGroup):
         self._plane = _plane_node(client)  # None: weights go over gRPC only
         self._latest: tuple[int, np.ndarray | None, dict | None] = (-1, None, None)
         self.slots = [RunnerSlot(index=i + 1, name=self.actor_name(i)) for i in range(self.num_runners)]
+        self._target = self.num_runners
+        self._scale_lock = threading.Lock()
+        self._retiring: list[tuple[RunnerSlot, float]] = []  # scaled away, a sample in flight; deadline
+        self.last_scale: dict[str, Any] = {}  # what the last apply_scale did (tests, logs)
         # counters (cumulative)
         self.num_env_runner_restarts = 0
         self.num_env_runner_failures = 0
@@ -321,7 +337,12 @@ class EnvRunnerGroup(ActorGroup):
         """Background: bring `slot` back, synced. Returns (incarnation, weights version,
         whether its envs were rebuilt in place)."""
         if slot.handle is None:
+            if slot.state == "retired":
+                raise ActorDiedError(f"{slot.name} was scaled down")
             self.create(slot)
+            if slot.state == "retired":  # scaled down (or stopped) while it was being created
+                self._kill_retired(slot)
+                raise ActorDiedError(f"{slot.name} was scaled down")
         handle = slot.handle
         if soft:
             handle.options(timeout=self.probe_timeout).call("reset_envs")
@@ -355,7 +376,9 @@ class EnvRunnerGroup(ActorGroup):
             except FtrlError as e:
                 self._on_failure(slot, e, "recovery")
                 continue
-            if incarnation != slot.incarnation:
+            if slot.joining:
+                slot.joining = False  # its first start, not a restart
+            elif incarnation != slot.incarnation:
                 self.num_env_runner_restarts += max(1, incarnation - slot.incarnation)
                 slot.restarts += 1
             elif soft:
@@ -539,7 +562,6 @@ class EnvRunnerGroup(ActorGroup):
         fut = slot.inflight
         assert fut is not None and fut.done()
         slot.inflight = None
-        late = slot.inflight_late
         try:
             result = fut.result()
         except FtrlError as e:
@@ -547,21 +569,24 @@ class EnvRunnerGroup(ActorGroup):
             self._on_failure(slot, e, "sample")
             return 0
         slot.consecutive_failures = 0
+        steps = self._take(result, out, current_version, slot.inflight_late)
+        if result["dropped"] and result.get("weights_version") != slot.synced_version:
+            slot.synced_version = int(result.get("weights_version", -1))
+        return steps
+
+    def _take(self, result: dict[str, Any], out: list[dict[str, Any]], current_version: int, late: bool) -> int:
+        """Add a sample result to `out`, marked used or dropped (stale weights, counted);
+        return the env steps used."""
         self.num_sub_env_restarts += int(result.get("sub_env_restarts", 0))
         steps = int(result.get("env_steps", 0))
-        if not weights_fresh(int(result.get("weights_version", -1)), current_version, self.max_weights_lag):
+        fresh = weights_fresh(int(result.get("weights_version", -1)), current_version, self.max_weights_lag)
+        if not fresh:
             self.num_samples_dropped += 1
             self.env_steps_dropped += steps
-            result["dropped"] = True
-            result["late"] = late
-            out.append(result)
-            if result.get("weights_version") != slot.synced_version:
-                slot.synced_version = int(result.get("weights_version", -1))
-            return 0
-        result["dropped"] = False
+        result["dropped"] = not fresh
         result["late"] = late
         out.append(result)
-        return steps
+        return steps if fresh else 0
 
     def sample(self, min_env_steps: int, current_version: int | None = None, method: str = "sample", **kwargs: Any) -> SampleRound:
         """One round: request from every healthy, synced, idle runner; return when
@@ -572,7 +597,8 @@ class EnvRunnerGroup(ActorGroup):
         results: list[dict[str, Any]] = []
         used = 0
         self.poll_recoveries()
-        # results that came back late since the last round
+        # results that came back late since the last round (scaled-away runners' too)
+        used += self._collect_retiring(results, current)
         for slot in self.slots:
             if slot.inflight is not None and slot.inflight.done():
                 used += self._collect(slot, results, current)
@@ -612,10 +638,11 @@ class EnvRunnerGroup(ActorGroup):
                 else:
                     slot.inflight_late = True
                     self.num_samples_late += 1
+        used += self._collect_retiring(results, current)
         return SampleRound(results=results, env_steps=used)
 
     def in_flight(self) -> int:
-        return sum(1 for s in self.slots if s.inflight is not None)
+        return sum(1 for s in self.slots if s.inflight is not None) + len(self._retiring)
 
     def evaluate(self, duration: int, unit: str) -> list[dict[str, Any]]:
         """Split `duration` episodes/timesteps over the healthy runners; wait up to the
@@ -661,6 +688,104 @@ class EnvRunnerGroup(ActorGroup):
             return
         out.append(result)
 
+    # ------------------------------------------------------------------ scaling
+
+    @property
+    def target(self) -> int:
+        """The size asked for last (`scale`); the group has it once `apply_scale` ran."""
+        with self._scale_lock:
+            return self._target
+
+    def scale(self, num_runners: int) -> None:
+        """Ask for `num_runners` runners (thread-safe); `apply_scale` grows or shrinks the
+        group at the next iteration boundary."""
+        n = int(num_runners)
+        if n < 1:
+            raise ConfigError(
+                f"cannot scale {self.group} to {n} runners: a run with remote env runners keeps "
+                "at least one (num_env_runners=0, sampling in the driver, is chosen at start)")
+        with self._scale_lock:
+            self._target = n
+
+    def apply_scale(self) -> dict[str, Any] | None:
+        """Grow or shrink toward `target` (driver thread, between iterations); returns what
+        it did ({"added", "retired", "from", "to"}), or None when there was nothing to do.
+        A name still leaving (its last sample or start not over) is added back only at a
+        later boundary, once it is gone."""
+        target = self.target
+        size = len(self.slots)
+        added: list[RunnerSlot] = []
+        gone: list[RunnerSlot] = []
+        if target > size:
+            leaving = {slot.name for slot, _ in self._retiring}
+            for i in range(size, target):
+                if self.actor_name(i) in leaving:
+                    log.info("%s: %s is still leaving; added at a later iteration", self.group, self.actor_name(i))
+                    break
+                added.append(RunnerSlot(index=i + 1, name=self.actor_name(i), state="recovering", joining=True))
+            self.slots = self.slots + added
+            self.ensure_pool(len(self.slots))
+            for slot in added:  # created, then synced with the latest weights, in the background
+                self._start_recovery(slot, None)
+        elif target < size:
+            gone = self.slots[target:]
+            self.slots = self.slots[:target]
+            deadline = time.monotonic() + self.sample_timeout
+            for slot in gone:
+                slot.state = "retired"
+                if slot.recovery is not None and slot.recovery.cancel():
+                    slot.recovery = None
+                if slot.inflight is not None and slot.inflight_kind != "sample":
+                    slot.inflight.cancel()
+                    slot.inflight = None
+                self._retiring.append((slot, deadline))
+            self._collect_retiring([], self.latest_version, finish_only=True)
+        if not added and not gone:
+            return None
+        self.num_runners = len(self.slots)
+        self.last_scale = {"from": size, "to": len(self.slots), "added": [s.name for s in added],
+                           "retired": [s.name for s in gone]}
+        log.info("%s scaled from %d to %d runners (added %s, retired %s)", self.group, size, len(self.slots),
+                 self.last_scale["added"], self.last_scale["retired"])
+        return self.last_scale
+
+    def _collect_retiring(self, out: list[dict[str, Any]], current_version: int, finish_only: bool = False) -> int:
+        """Kill the scaled-away runners that are done: their last sample came back (added
+        to `out`: used if fresh, else dropped and counted), or is past its deadline (lost),
+        and their start, if one was under way, is over. `finish_only`: only those with no
+        sample to collect. Returns the env steps used."""
+        used = 0
+        now = time.monotonic()
+        keep: list[tuple[RunnerSlot, float]] = []
+        for slot, deadline in self._retiring:
+            fut = slot.inflight
+            starting = slot.recovery is not None and not slot.recovery.done()
+            sampling = fut is not None and not fut.done() and now < deadline
+            if starting or sampling or (finish_only and fut is not None):
+                keep.append((slot, deadline))
+                continue
+            slot.inflight = None
+            if fut is not None and fut.done():
+                try:
+                    used += self._take(fut.result(), out, current_version, late=True)
+                except FtrlError as e:
+                    self.num_samples_lost += 1
+                    log.info("%s (scaled down): its last sample failed: %s", slot.name, describe_error(e))
+            elif fut is not None:
+                fut.cancel()
+                self.num_samples_lost += 1
+            self._kill_retired(slot)
+        self._retiring = keep
+        return used
+
+    def _kill_retired(self, slot: RunnerSlot) -> None:
+        try:
+            self.kill(slot.name, reason="scaled down")
+        except FtrlError as e:  # e.g. not created yet: its recovery kills it once it is
+            log.debug("kill_actor(%s): %s", slot.name, e)
+        except Exception as e:  # a client being torn down
+            log.debug("kill_actor(%s) failed: %s", slot.name, e)
+
     # ------------------------------------------------------------------ misc
 
     def probe(self) -> dict[str, Any]:
@@ -680,9 +805,17 @@ class EnvRunnerGroup(ActorGroup):
         return {name: results[name] if name in results else errors[name] for name in handles}
 
     def stop(self, kill: bool = True) -> None:
-        """Stop background work and the weights plane; with `kill`, also kill the runner actors."""
+        """Stop background work and the weights plane; with `kill`, also kill the runner
+        actors. Runners scaled away and still finishing a sample are killed either way."""
         if self._plane is not None:
             self._plane.close()
+        if kill:
+            for slot in self.slots:
+                if slot.handle is None:  # still being created: its recovery kills it once it is
+                    slot.state = "retired"
+        for slot, _ in self._retiring:
+            self._kill_retired(slot)
+        self._retiring = []
         super().stop(kill)
 
 

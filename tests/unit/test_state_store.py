@@ -11,7 +11,13 @@ from ftrl.coordinator.records import ActorState, NodeState
 from ftrl.coordinator.store import SCHEMA_VERSION, Batch, SQLiteStore, StateStoreError, open_store
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
-from ftrl.wire.errors import AlreadyExistsError, ConfigError, InvalidArgumentError, NotFoundError
+from ftrl.wire.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 from tests.unit.controller_harness import Harness
 
 STARTED, EXITED = pb.REPORT_STARTED, pb.REPORT_EXITED
@@ -168,6 +174,11 @@ def test_jobs_survive_a_restart_and_follow_their_driver(tmp_path):
     with pytest.raises(InvalidArgumentError):
         c.scale_job(pb.ScaleJobRequest(job_id="j1", num_env_runners=-5, num_learners=-1))
     c.scale_job(pb.ScaleJobRequest(job_id="j1", num_env_runners=3, num_learners=-1))
+    with pytest.raises(FailedPreconditionError, match="cannot switch"):
+        c.scale_job(pb.ScaleJobRequest(job_id="j1", num_env_runners=0, num_learners=-1))
+    # a STARTING report (a driver that has not loaded its checkpoint) never zeroes the counters
+    c.report_job(pb.JobReport(job_id="j1", incarnation=driver.incarnation, stage=pb.JOB_STARTING))
+    assert job.iteration == 1 and job.env_steps_sampled == 100
 
     h2 = restart(h, tmp_path / "state")
     c2 = h2.c
