@@ -255,8 +255,10 @@ class Controller:
     # ------------------------------------------------------------------ helpers
 
     def _next_epoch(self) -> int:
-        # Wall-clock based so epochs keep growing across coordinator restarts.
-        self._last_epoch = max(self._last_epoch + 1, int(time.time() * 1000))
+        """The next node registration epoch. With durable state the stored counter keeps
+        it growing across restarts; without, the wall clock (ms) is the only floor."""
+        floor = 0 if self.store.durable else int(time.time() * 1000)
+        self._last_epoch = max(self._last_epoch + 1, floor)
         return self._last_epoch
 
     def _changed(self, rec: ActorRecord) -> None:

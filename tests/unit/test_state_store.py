@@ -239,3 +239,40 @@ def test_pending_job_stays_queued_across_a_restart(tmp_path):
         h2.heartbeat("n1")
     assert h2.c.jobs.get("q").stage == JobStage.STARTING
     assert h2.starts("q/algorithm") and not h2.starts("s/algorithm")
+
+
+def test_worker_of_another_version_is_refused(tmp_path):
+    from ftrl import __version__
+    from ftrl.wire.errors import FailedPreconditionError
+
+    h = Harness()
+    req = pb.RegisterNodeRequest(node_id="old", session_id="s", address="127.0.0.1",
+                                 resources={"cpu": 1}, version="0.0.1")
+    with pytest.raises(FailedPreconditionError) as e:
+        h.c.register_node(req)
+    assert "0.0.1" in str(e.value) and __version__ in str(e.value)
+    assert "old" not in h.c.nodes
+
+
+def test_job_without_a_live_runner_fails_after_its_tolerance(tmp_path):
+    h = Harness(job_unhealthy_timeout_s=30.0, heartbeat_timeout_s=1000.0)
+    h.register("n1", cpu=4)
+    job = h.c.submit_job(job_request("j", tmp_path))
+    driver = h.started("j/algorithm")
+    assert driver
+    h.c.report_job(pb.JobReport(job_id="j", incarnation=1, stage=pb.JOB_RUNNING, iteration=1))
+    h.create("j/env_runner/0", max_restarts=0)
+    h.started("j/env_runner/0")
+    h.now += 5
+    inc = h.c.actors["j/env_runner/0"].incarnation
+    h.report("n1", "j/env_runner/0", inc, EXITED, exit_code=1, reason="env exploded")
+    assert h.c.actors["j/env_runner/0"].state == ActorState.DEAD
+    h.advance(10)
+    assert job.stage == JobStage.RUNNING  # within its tolerance
+    h.advance(25)
+    assert job.stage == JobStage.RUNNING
+    h.advance(10)
+    assert job.stage == JobStage.FAILED
+    assert "no healthy env runner" in job.reason and "env exploded" in job.reason
+    assert "--resume" in job.reason
+    assert h.c.actors["j/algorithm"].state == ActorState.DEAD  # its actors were stopped
