@@ -85,7 +85,7 @@ class ControllerConfig:
     lost_node_retention_s: float = 3600.0  # forget an empty LOST node after this long
     max_actors: int = MAX_ACTORS
     node_failure_window_s: float = 3600.0  # max_node_failures counts failures this recent
-    restart_grace_s: float | None = None  # after a restart, wait this long for workers (None: heartbeat timeout)
+    restart_grace_s: float | None = None  # after a restart, wait up to this long for workers (None: max(10 s, 2 timeouts))
     job_unhealthy_timeout_s: float = 300.0  # a running job with no live runner this long FAILS
 
     @property

@@ -49,6 +49,9 @@ class ClusterState:
         if not any(loaded.tables.values()):
             return False
         now = self.clock()
+        grace = self.config.restart_grace_s
+        if grace is None:
+            grace = max(10.0, 2 * self.config.heartbeat_timeout_s)
         meta = {k: int.from_bytes(v, "big") for k, v in loaded.meta.items()}
         self._saved_meta = dict(meta)
         self._last_epoch = meta.get("last_epoch", 0)
@@ -57,7 +60,9 @@ class ClusterState:
             rec = ActorRecord.from_row(row)
             self.actors[name] = rec
         for node_id, row in loaded.tables["nodes"].items():
-            node = NodeRecord.from_row(node_id, row, now)
+            # a restored node counts as heard from at the end of the grace minus the
+            # timeout: it is declared LOST only if it has not come back by then
+            node = NodeRecord.from_row(node_id, row, now + grace - self.config.heartbeat_timeout_s)
             self.nodes[node_id] = node
             if node.state != NodeState.LOST:
                 self._by_heartbeat[node_id] = None
@@ -73,9 +78,10 @@ class ClusterState:
                 rec.node_id = ""
                 rec.set_state(ActorState.PENDING)
                 self._waiting.add(rec.name)
-        grace = self.config.restart_grace_s
-        self._grace_until = now + (self.config.heartbeat_timeout_s if grace is None else grace)
+        self._grace_until = now + grace
         self._awaited = {n.node_id for n in self.nodes.values() if n.state != NodeState.LOST}
+        if not self._awaited:
+            self._grace_until = now  # no node to wait for
         self._wake_at = self._grace_until
         self.jobs.restore(loaded.tables["jobs"])
         log.info("restored %d nodes, %d actors and %d jobs from the state store; waiting up to "
@@ -112,8 +118,11 @@ class ClusterState:
 
     def _next_epoch(self) -> int:
         """The next node registration epoch. With durable state the stored counter keeps
-        it growing across restarts; without, the wall clock (ms) is the only floor."""
-        floor = 0 if self.store.durable else int(time.time() * 1000)
+        it growing across restarts; without, the wall clock (ms) is the floor."""
+        # The first epoch of a cluster starts at the wall clock (ms) so that epochs of
+        # different clusters (and a guess such as 1) do not collide; from then on only
+        # the counter orders them.
+        floor = int(time.time() * 1000) if not self.store.durable or self._last_epoch == 0 else 0
         self._last_epoch = max(self._last_epoch + 1, floor)
         return self._last_epoch
 

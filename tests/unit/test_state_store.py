@@ -139,7 +139,11 @@ def test_unreturned_node_is_lost_after_the_grace(tmp_path):
     h2.register(other, cpu=2)
     h2.advance(1.0)
     assert not h2.starts("x")  # its node may still come back: nothing moves in the grace
-    for _ in range(8):
+    for _ in range(8):  # a node gets the grace (10 s here) to come back, more than a timeout
+        h2.advance(1.0)
+        h2.heartbeat(other)
+    assert h2.c.nodes[where[0]].state == NodeState.ALIVE
+    for _ in range(3):
         h2.advance(1.0)
         h2.heartbeat(other)
     assert h2.c.nodes[where[0]].state == NodeState.LOST
