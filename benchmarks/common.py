@@ -61,3 +61,15 @@ def env_with_repo() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def filesystem(path: str) -> dict[str, str]:
+    """The mount holding `path` (longest mount-point prefix in /proc/mounts)."""
+    best = ("", "", "")
+    real = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            dev, mnt, fstype = line.split()[:3]
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best[1]):
+                best = (dev, mnt, fstype)
+    return {"device": best[0], "mount": best[1], "type": best[2]}

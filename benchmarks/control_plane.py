@@ -31,7 +31,7 @@ from pathlib import Path
 
 import grpc
 import psutil
-from common import emit, env_with_repo, summary
+from common import emit, env_with_repo, filesystem, summary
 
 from ftrl import __version__
 from ftrl.client.aio import AsyncClient
@@ -63,18 +63,6 @@ def start_coordinator(timeout_s: float, state_dir: str | None = None) -> tuple[s
             raise RuntimeError(f"coordinator did not start; see {d / 'log'}")
         time.sleep(0.02)
     return proc, int(port_file.read_text())
-
-
-def filesystem(path: str) -> str:
-    """`type device mount` of the mount holding `path` (from /proc/mounts)."""
-    best = ("", "", "")
-    real = os.path.realpath(path)
-    with open("/proc/mounts") as f:
-        for line in f:
-            dev, mnt, fstype = line.split()[:3]
-            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best[1]):
-                best = (dev, mnt, fstype)
-    return f"{best[2]} {best[0]} {best[1]}"
 
 
 async def run_count(n: int, seconds: float, port: int, join_rate: float = 500.0) -> dict:
@@ -229,7 +217,7 @@ def main() -> None:
         "criteria": "heartbeat p99 < 50 ms and no false NODE_LOST",
         "target_nodes": 5000,
         "meets_target": held >= 5000,
-        "state_store": f"SQLite in {args.state_dir} ({filesystem(args.state_dir)})" if args.state_dir
+        "state_store": f"SQLite in {args.state_dir} ({' '.join(filesystem(args.state_dir).values())})" if args.state_dir
         else "memory (no --state-dir)",
         "pid": os.getpid(),
     })

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, emit, summary
+from common import ROOT, emit, filesystem, summary
 
 from ftrl import __version__
 from ftrl.coordinator.controller import Controller, ControllerConfig
@@ -34,18 +34,6 @@ from ftrl.wire import ftrl_pb2 as pb
 TARGET_P99_MS = 20.0
 NODES = 10
 ACTORS_PER_NODE = 50
-
-
-def filesystem(path: str) -> dict[str, str]:
-    """The mount holding `path` (longest mount-point prefix in /proc/mounts)."""
-    best = ("", "", "")
-    real = os.path.realpath(path)
-    with open("/proc/mounts") as f:
-        for line in f:
-            dev, mnt, fstype = line.split()[:3]
-            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best[1]):
-                best = (dev, mnt, fstype)
-    return {"device": best[0], "mount": best[1], "type": best[2]}
 
 
 def state_dir() -> str:
