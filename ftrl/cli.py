@@ -32,19 +32,9 @@ def _add_security(p: argparse.ArgumentParser, server: bool = False) -> None:
 
 
 def _security(args: argparse.Namespace):
-    from ftrl.wire.security import Security
+    from ftrl.wire.security import security_from_args
 
-    env = os.environ.get
-    return Security.from_options(
-        token_file=args.token_file,
-        tls_cert=args.tls_cert or env("FTRL_TLS_CERT"),
-        tls_key=args.tls_key or env("FTRL_TLS_KEY"),
-        tls_ca=args.tls_ca or env("FTRL_TLS_CA"),
-        tls_server_name=args.tls_server_name or env("FTRL_TLS_SERVER_NAME"),
-        insecure=getattr(args, "insecure", False) or env("FTRL_INSECURE") == "1",
-        tls_client_auth=not (getattr(args, "tls_no_client_auth", False)
-                             or env("FTRL_TLS_NO_CLIENT_AUTH") == "1"),
-    )
+    return security_from_args(args)
 
 
 def _positive(kind):
@@ -229,6 +219,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
+    if args.env_runners is None and args.learners is None:
+        print("ftrl scale: error: give at least one of --env-runners, --learners", file=sys.stderr)
+        return 2
     with _client(args) as client:
         job = client.scale(args.job, env_runners=args.env_runners, learners=args.learners)
     print(f"job {job['job_id']} ({job['stage']}): {job['num_env_runners']} env runners, "
@@ -272,19 +265,6 @@ def _count(text: str) -> int:
     if not 0 <= value <= MAX_SCALE:
         raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SCALE}, got {text}")
     return value
-
-
-def _job_id(text: str) -> str:
-    from ftrl.client.jobs import check_job_id
-
-    try:
-        return check_job_id(text)
-    except FtrlError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _positive_float(text: str) -> float:
-    return _positive(float)(text)
 
 
 # ---------------------------------------------------------------- parser
@@ -365,23 +345,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_train)
 
     p = client_command("submit", "submit a job file to a running cluster; prints the job id", cmd_submit)
-    from ftrl.rl.train_cli import add_job_arguments
+    from ftrl.rl.train_cli import add_job_arguments, job_id_arg
 
     add_job_arguments(p, config_positional=True)
     p.add_argument("--output", metavar="DIR", help="output directory, as the coordinator's host "
                    "sees it (default: in the coordinator's state dir, jobs/JOB)")
-    p.add_argument("--job-name", type=_job_id, metavar="N", help="the job's id (default: one is made)")
+    p.add_argument("--job-name", type=job_id_arg, metavar="N", help="the job's id (default: one is made)")
 
     p = client_command("scale", "ask a job for a number of env runners and/or learners", cmd_scale)
     p.add_argument("job", metavar="JOB")
     p.add_argument("--env-runners", type=_count, metavar="N")
     p.add_argument("--learners", type=_count, metavar="M")
-    p.set_defaults(one_of=("env_runners", "learners"), parser=p)
 
     p = client_command("stop", "stop a job after its current iteration (final checkpoint)", cmd_stop)
     p.add_argument("job", metavar="JOB")
     p.add_argument("--wait", action="store_true", help="return once the job has ended")
-    p.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S",
+    p.add_argument("--timeout", type=_positive(float), default=600.0, metavar="S",
                    help="longest --wait waits (default 600)")
     p.add_argument("--json", action="store_true", help="print the job's record as JSON")
 
@@ -396,9 +375,6 @@ def main(argv: list[str] | None = None) -> int:
     from ftrl.util.runtime import setup_logging
 
     args = build_parser().parse_args(argv)
-    one_of = getattr(args, "one_of", ())
-    if one_of and all(getattr(args, name) is None for name in one_of):
-        args.parser.error("give at least one of " + ", ".join(f"--{n.replace('_', '-')}" for n in one_of))
     setup_logging(args.log_level, f"ftrl-{args.command}")
     if os.environ.get("FTRL_DIE_WITH_PARENT") == "1" and args.command in ("coordinator", "worker"):
         from ftrl.util.runtime import die_with_parent

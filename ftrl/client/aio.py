@@ -36,6 +36,7 @@ from ftrl.wire.errors import (
     FtrlError,
     FtrlTimeoutError,
     InvalidArgumentError,
+    NotFoundError,
     StaleIncarnationError,
     error_from_rpc,
 )
@@ -384,11 +385,14 @@ class AsyncClient:
                 error: FtrlError = ActorUnavailableError(f"the results stream of job {job_id} ended early")
             except grpc.RpcError as e:
                 error = error_from_rpc(e, f"coordinator at {self.address}")
-            except (ActorUnavailableError, FtrlTimeoutError) as e:  # from job_status
+            except (ActorUnavailableError, FtrlTimeoutError, NotFoundError) as e:  # from job_status
                 error = e
             finally:
                 call.cancel()
-            if not isinstance(error, ActorUnavailableError | FtrlTimeoutError):
+            # NotFoundError after rows came: a coordinator restarted without its state,
+            # rebuilding the job from its driver's report (part of the outage)
+            lost = isinstance(error, NotFoundError) and (last > after_iteration or outage_since)
+            if not (lost or isinstance(error, ActorUnavailableError | FtrlTimeoutError)):
                 raise error
             outage_since = outage_since or time.monotonic()
             if time.monotonic() - outage_since > retry_s:

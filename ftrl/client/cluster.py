@@ -56,7 +56,12 @@ class LocalCluster:
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="ftrl-local-"))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if fresh:  # forget the jobs and actors an earlier cluster in this dir left
-            _check_unused(self.coordinator_state_dir)
+            from ftrl.coordinator.store import in_use
+
+            if in_use(self.coordinator_state_dir):
+                raise FtrlError(f"{self.coordinator_state_dir} is in use by a running coordinator "
+                                "(another run on the same output directory?); wait for it or "
+                                "choose another output")
             shutil.rmtree(self.coordinator_state_dir, ignore_errors=True)
         self.num_workers = workers
         self.slots = slots
@@ -236,20 +241,3 @@ class LocalCluster:
 def local_cluster(workers: int = 1, slots: int | None = None, **kwargs) -> LocalCluster:
     """Start an embedded cluster; use it as a context manager to tear it down."""
     return LocalCluster(workers, slots, **kwargs).start()
-
-
-def _check_unused(state_dir: Path) -> None:
-    """Refuse to wipe the state dir of a coordinator that still runs on it."""
-    lock = state_dir / "coordinator.lock"
-    if not lock.exists():
-        return
-    import fcntl
-
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise FtrlError(f"{state_dir} is in use by a running coordinator (another run on the "
-                        "same output directory?); wait for it or choose another output") from None
-    finally:
-        os.close(fd)

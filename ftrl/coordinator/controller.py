@@ -81,7 +81,7 @@ class ControllerConfig:
     restart_backoff_base_s: float = 0.1
     restart_backoff_cap_s: float = 2.0
     quick_crash_s: float = 1.0  # a death sooner than this after start counts as a crash loop
-    adopt_unknown_actors: bool = True  # no durable state: trust what workers report
+    adopt_unknown_actors: bool = True  # nothing restored: trust what workers report
     lost_node_retention_s: float = 3600.0  # forget an empty LOST node after this long
     max_actors: int = MAX_ACTORS
     node_failure_window_s: float = 3600.0  # max_node_failures counts failures this recent
@@ -119,7 +119,6 @@ class Controller(ClusterState, Membership, Placement, Failover):
         launcher: NodeLauncher | None = None,
         clock: Callable[[], float] = time.monotonic,
         store: MemoryStore | SQLiteStore | None = None,
-        recover: bool = False,
     ) -> None:
         self.config = config or ControllerConfig()
         self.config.validate()
@@ -142,9 +141,6 @@ class Controller(ClusterState, Membership, Placement, Failover):
         self.on_node_fenced: Callable[[str], None] = lambda node_id: None
         self.policy = self.config.restart_policy
         self.store = store or MemoryStore()
-        # Without durable state the first worker report is the truth; with it, an actor
-        # we have no record of is stopped (unless rebuilding a lost database: --recover).
-        self.adopt_unknown = self.config.adopt_unknown_actors and (recover or not self.store.durable)
         self._dirty_actors: set[str] = set()
         self._dirty_nodes: set[str] = set()
         self._saved_meta: dict[str, int] = {}
@@ -154,6 +150,10 @@ class Controller(ClusterState, Membership, Placement, Failover):
 
         self.jobs = JobTable(self)
         self.restored = self._restore()
+        # Records restored: an actor we have no record of is a leftover, stopped. Nothing
+        # restored (no state dir, a new one, or --recover): what workers report is the
+        # truth, adopted (a running job comes back from its driver's spec).
+        self.adopt_unknown = self.config.adopt_unknown_actors and not self.restored
 
     # ------------------------------------------------------------------ helpers
 

@@ -48,6 +48,7 @@ MAX_ENDED_JOBS = 1000  # the oldest ended jobs are forgotten past this
 MAX_COUNT = 10_000  # runners or learners a job may be scaled to
 MAX_ROWS_PER_REPORT = 1000
 MAX_ROW_BYTES = 256 << 10
+HEALTH_CHECK_INTERVAL_S = 1.0
 JOB_ID = re.compile(r"[A-Za-z0-9_.\-]{1,80}")
 
 
@@ -174,6 +175,7 @@ class JobTable:
         self._drop_results: set[str] = set()
         self.jobs_dir: Path | None = None  # default output dirs (STATE_DIR/jobs)
         self.on_change = lambda job_id: None
+        self._next_check = 0.0  # monotonic time of the next job-health check
 
     # ---------------------------------------------------------------- durable state
 
@@ -233,12 +235,15 @@ class JobTable:
             self._cleanup(job)
         return True
 
+    def _live_actors(self, job_id: str, role: str = "") -> list[ActorRecord]:
+        """The job's actors that are not DEAD (`role`: e.g. "env_runner/")."""
+        prefix = f"{job_id}/{role}"
+        return [r for n, r in self.c.actors.items() if n.startswith(prefix) and r.state != ActorState.DEAD]
+
     def _cleanup(self, job: JobRecord) -> None:
         """Stop every live actor of an ended job (idempotent)."""
-        prefix = f"{job.job_id}/"
-        for name, rec in sorted(self.c.actors.items()):
-            if name.startswith(prefix) and rec.state != ActorState.DEAD:
-                self.c._kill_actor(name, f"job {job.stage.value.lower()}")
+        for rec in sorted(self._live_actors(job.job_id), key=lambda r: r.name):
+            self.c._kill_actor(rec.name, f"job {job.stage.value.lower()}")
 
     # ---------------------------------------------------------------- client API
 
@@ -263,10 +268,9 @@ class JobTable:
             raise FailedPreconditionError(
                 f"{output} already holds checkpoints of an earlier run; submit with resume "
                 "(`ftrl submit --resume`) to continue it, or choose another output directory")
-        live_actors = [n for n, r in self.c.actors.items()
-                       if n.startswith(f"{job_id}/") and r.state != ActorState.DEAD]
+        live_actors = self._live_actors(job_id)
         if live_actors:
-            raise AlreadyExistsError(f"job {job_id!r} still has live actors ({live_actors[0]}, ...)")
+            raise AlreadyExistsError(f"job {job_id!r} still has live actors ({live_actors[0].name}, ...)")
         job = JobRecord(job_id=job_id, config=codec.encode(data), output_dir=output,
                         num_env_runners=runners, num_learners=learners, resume=req.resume)
         if old is not None:
@@ -414,7 +418,11 @@ class JobTable:
 
     def tick(self, now: float) -> None:
         """Job-level limits: a RUNNING job with runners wanted and none alive for longer
-        than job_unhealthy_timeout_s FAILS, saying which runner failed how."""
+        than job_unhealthy_timeout_s FAILS, saying which runner failed how. Checked once a
+        second (each check scans the actors), not on every controller tick."""
+        if now < self._next_check:
+            return
+        self._next_check = now + HEALTH_CHECK_INTERVAL_S
         limit = self.c.config.job_unhealthy_timeout_s
         for job in list(self.jobs.values()):
             if job.stage != S.RUNNING or job.num_env_runners == 0:
@@ -445,14 +453,14 @@ class JobTable:
 
     # ---------------------------------------------------------------- views
 
-    def info(self, job: JobRecord, with_config: bool = True) -> pb.JobInfo:
-        prefix = f"{job.job_id}/"
-        actors = sorted(n for n, r in self.c.actors.items()
-                        if n.startswith(prefix) and r.state != ActorState.DEAD)
+    def info(self, job: JobRecord, with_config: bool = True, detail: bool = True) -> pb.JobInfo:
+        """The job's proto view; `detail=False` (a driver's report reply, once a second per
+        job) leaves out the config and the list of its actors (a scan of every actor)."""
+        actors = sorted(r.name for r in self._live_actors(job.job_id)) if detail else []
         return pb.JobInfo(
             job_id=job.job_id, stage=job.stage.proto, iteration=job.iteration,
             env_steps_sampled=job.env_steps_sampled, metrics=job.metrics, reason=job.reason,
-            output_dir=job.output_dir, config=job.config if with_config else b"",
+            output_dir=job.output_dir, config=job.config if with_config and detail else b"",
             num_env_runners=job.num_env_runners, num_learners=job.num_learners,
             stop_requested=job.stop_requested, submitted_at=job.submitted_at,
             stage_since=job.stage_since, last_checkpoint=job.last_checkpoint, seq=job.seq,

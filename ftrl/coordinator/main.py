@@ -60,7 +60,7 @@ async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Even
     )
     store = open_store(opts.state_dir, recover=opts.recover)  # StateStoreError: refuse to start
     try:
-        controller = Controller(config, store=store, recover=opts.recover)
+        controller = Controller(config, store=store)
         controller.jobs.jobs_dir = jobs_dir(opts.state_dir)
         await _serve(opts, security, controller, stop)
     finally:

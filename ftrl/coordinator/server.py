@@ -86,12 +86,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self._changes: dict[str, asyncio.Event] = {}
         self._create_limit = RateLimiter(create_rate, create_burst, "CreateActor")
         controller.send = self._send
-        controller.on_actor_change = self._actor_changed
+        controller.on_actor_change = functools.partial(self._notify, self._changes)
         controller.on_node_fenced = self._close_stream
         self._mesh_changes: dict[str, asyncio.Event] = {}
-        controller.meshes.on_change = self._mesh_changed
+        controller.meshes.on_change = functools.partial(self._notify, self._mesh_changes)
         self._job_changes: dict[str, asyncio.Event] = {}
-        controller.jobs.on_change = self._job_changed
+        controller.jobs.on_change = functools.partial(self._notify, self._job_changes)
 
     # ---------------------------------------------------------------- plumbing
 
@@ -104,18 +104,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if stream is not None:
             stream.put(_CLOSE)
 
-    def _actor_changed(self, name: str) -> None:
-        event = self._changes.pop(name, None)
-        if event is not None:
-            event.set()
-
-    def _job_changed(self, job_id: str) -> None:
-        event = self._job_changes.pop(job_id, None)
-        if event is not None:
-            event.set()
-
-    def _mesh_changed(self, group: str) -> None:
-        event = self._mesh_changes.pop(group, None)
+    @staticmethod
+    def _notify(events: dict[str, asyncio.Event], key: str) -> None:
+        """Wake the long-polls waiting on `key` (an actor, a mesh or a job)."""
+        event = events.pop(key, None)
         if event is not None:
             event.set()
 
@@ -327,7 +319,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @_unary
     async def ReportJob(self, request, context):
         self._check_caller(context)
-        return self.c.jobs.info(self.c.report_job(request), with_config=False)
+        return self.c.jobs.info(self.c.report_job(request), detail=False)
 
     @_unary
     async def ReadmitNode(self, request, context):
@@ -336,7 +328,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     async def JobResults(self, request, context):
         """Replay the job's rows after `after_iteration`, then (with follow) stream new
-        ones until the job ends. A row replaced by a resumed driver is sent again."""
+        ones until the job ends. A row a resumed driver reports again under an iteration
+        already sent is not sent twice (the stream only moves forward)."""
         try:
             self.c.jobs.get(request.job_id)
         except FtrlError as e:

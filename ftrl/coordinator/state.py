@@ -89,12 +89,6 @@ class ClusterState:
                  len(self.jobs.jobs), self._grace_until - now)
         return True
 
-    def in_grace(self) -> bool:
-        return self.clock() < self._grace_until
-
-    def mark_node(self, node_id: str) -> None:
-        self._dirty_nodes.add(node_id)
-
     def flush(self) -> None:
         """Commit every changed record in one transaction."""
         batch = Batch()

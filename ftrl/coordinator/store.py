@@ -225,6 +225,21 @@ def _lock(path: Path) -> int:
     return fd
 
 
+def in_use(state_dir: str | Path) -> bool:
+    """Whether a running coordinator holds the lock of `state_dir`."""
+    path = Path(state_dir) / LOCK_NAME
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def open_store(state_dir: str | Path | None, recover: bool = False) -> MemoryStore | SQLiteStore:
     """The store for `--state-dir` (memory without one). With `recover`, an unreadable
     database is moved aside (kept as coordinator.sqlite.corrupt-N) and a fresh one made."""

@@ -189,13 +189,7 @@ class ActorGroup:
 
     def kill(self, name: str, reason: str = "") -> None:
         """Kill actor `name` for good (no restart); errors are the caller's."""
-        if not reason:
-            self.client.kill_actor(name)
-            return
-        try:
-            self.client.kill_actor(name, reason=reason)
-        except TypeError:  # a client whose kill_actor takes no reason (in-process LocalClient)
-            self.client.kill_actor(name)
+        self.client.kill_actor(name, reason=reason)
 
     def stop(self, kill: bool = True, reason: str = "") -> None:
         """Stop background work; with `kill`, also kill every actor of the group."""

@@ -499,8 +499,9 @@ class Algorithm:
         self.stop()
 
 
-def embedded_cluster_for(config: AlgorithmConfig) -> Any:
-    """An (unstarted) embedded local cluster sized for the config's env runners."""
+def embedded_cluster_for(config: AlgorithmConfig, **options: Any) -> Any:
+    """An (unstarted) embedded local cluster sized for the config's env runners;
+    `options` go to LocalCluster (e.g. `state_dir`, `fresh`)."""
     from ftrl.client.cluster import LocalCluster
 
     run = config.env_runners_cfg
@@ -512,4 +513,4 @@ def embedded_cluster_for(config: AlgorithmConfig) -> Any:
     slots = max(int(cpus + 0.999), os.cpu_count() or 1)
     # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
     return LocalCluster(workers=1, slots=slots, spares=2, preload="ftrl.rl.env_runner",
-                        log_level="WARNING")
+                        log_level="WARNING", **options)

@@ -34,6 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ftrl.client.jobs import FINAL_STAGES
 from ftrl.config import load_job
 from ftrl.rl.job_link import JobLink
 from ftrl.rl.metrics import json_safe
@@ -42,7 +43,6 @@ from ftrl.wire.errors import FtrlError
 
 log = logging.getLogger(__name__)
 
-_FINAL_STAGES = ("FINISHED", "STOPPED", "FAILED")
 #: How long `__ftrl_drain__` waits for the iteration in progress and its checkpoint.
 DRAIN_TIMEOUT_S = 60.0
 #: How long the end of a run waits for the coordinator to take its final report.
@@ -229,7 +229,7 @@ class AlgorithmDriver:
         with self._lock:
             self._lock.wait_for(
                 lambda: (self._status.get("iteration") or 0) > after_iteration
-                or self._status.get("stage") in _FINAL_STAGES,
+                or self._status.get("stage") in FINAL_STAGES,
                 timeout=deadline,
             )
             return dict(self._status)
@@ -240,14 +240,6 @@ class AlgorithmDriver:
         if algo is None:
             raise RuntimeError("the job is not running yet")
         algo.scale_learners(int(num_learners))
-        return self.status()
-
-    def scale_env_runners(self, num_env_runners: int) -> dict[str, Any]:
-        """Grow or shrink the job's env runners at the next iteration boundary."""
-        algo = self._algo
-        if algo is None:
-            raise RuntimeError("the job is not running yet")
-        algo.scale_env_runners(int(num_env_runners))
         return self.status()
 
     def stop(self) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ftrl.client.jobs import FINAL_STAGES
+from ftrl.util.backoff import Backoff
 from ftrl.wire.errors import (
     FtrlError,
     InvalidArgumentError,
@@ -38,8 +40,6 @@ from ftrl.wire.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-FINAL_STAGES = ("FINISHED", "STOPPED", "FAILED")
 
 
 class JobLink:
@@ -66,7 +66,7 @@ class JobLink:
         self.batch_rows = max(1, int(batch_rows))
         self.call_timeout_s = call_timeout_s
         self.poll_interval_s = poll_interval_s
-        self.max_backoff_s = max_backoff_s
+        self._backoff = Backoff(base=0.5, cap=max_backoff_s, jitter=0.0)  # between failed calls
         self._cond = threading.Condition()
         self._rows: deque[tuple[int, dict[str, Any]]] = deque(maxlen=max(1, int(max_rows)))  # (seq, row)
         self._row_seq = 0
@@ -76,16 +76,12 @@ class JobLink:
         self._sent_version = -1
         self._next_call = 0.0  # monotonic time of the next call with nothing new to send
         self._last_ok = True
-        self._failures_in_row = 0
         self._closing = False
-        self.disabled = ""  # why the link ended early ("" while it works)
+        # why the link ended early ("" while it works); a client without the jobs API
+        # (the in-process LocalClient) never reports
+        self.disabled = "" if hasattr(client, "report_job") else "the client has no report_job"
         self.final_delivered = False
-        # counters (tests, logs)
-        self.reports_sent = 0
-        self.rows_sent = 0
-        self.rows_dropped = 0
-        self.failures = 0
-        self.last_reply: dict[str, Any] | None = None
+        self.rows_dropped = 0  # rows the coordinator refused, or over max_rows
         self._thread = threading.Thread(target=self._run, name="ftrl-job-link", daemon=True)
 
     # ------------------------------------------------------------------ the driver's side
@@ -187,14 +183,11 @@ class JobLink:
                 now = time.monotonic()
                 self._last_ok = info is not None
                 if info is None:
-                    self._failures_in_row += 1
-                    self._next_call = now + min(self.max_backoff_s, 0.5 * 2 ** min(self._failures_in_row, 8))
+                    self._next_call = now + self._backoff.next_delay()
                 else:
-                    self._failures_in_row = 0
+                    self._backoff.reset()
                     self._next_call = now + self.poll_interval_s
                     self._forget_rows(last_seq)
-                    self.rows_sent += len(rows)
-                    self.reports_sent += 1
                     if complete or not rows:
                         self._sent_version = version
                         if state["stage"] in FINAL_STAGES:
@@ -218,7 +211,7 @@ class JobLink:
                 self.job_id, self.incarnation, state["stage"], int(state["iteration"]),
                 int(state["env_steps_sampled"]), rows, last_checkpoint=state["last_checkpoint"] or "",
                 reason=state["reason"] or "", timeout=self.call_timeout_s)
-        except (NotFoundError, PermissionDeniedError, MethodNotFoundError, AttributeError) as e:
+        except (NotFoundError, PermissionDeniedError, MethodNotFoundError) as e:
             self._disable(f"{type(e).__name__}: {e}")
             return None
         except InvalidArgumentError as e:
@@ -227,11 +220,9 @@ class JobLink:
             with self._cond:
                 self._forget_rows(last_seq)
                 self.rows_dropped += len(rows)
-            self.failures += 1
             return None
         except Exception as e:  # unreachable, timed out, or a client shutting down
-            self.failures += 1
-            if self._failures_in_row == 0:
+            if self._backoff.attempts == 0:
                 level = logging.INFO if isinstance(e, FtrlError) else logging.WARNING
                 log.log(level, "job %s: report to the coordinator failed (%s: %s); training goes on, "
                         "reports are kept", self.job_id, type(e).__name__, e)
@@ -240,7 +231,6 @@ class JobLink:
         if newer > self.incarnation:
             self._disable(f"the job's driver is incarnation {newer} now, this is {self.incarnation}")
             return None
-        self.last_reply = info
         return info
 
     def _disable(self, why: str) -> None:

@@ -106,12 +106,12 @@ class LocalClient:
         actor = self._get(name)
         return LocalHandle(self, name, actor.incarnation)
 
-    def kill_actor(self, name: str) -> None:
+    def kill_actor(self, name: str, reason: str = "") -> None:
         """Stop an actor for good (DEAD, no restart)."""
         actor = self._actors.get(name)
         if actor is None:
             return
-        self._crash(actor, restart=False, reason="killed")
+        self._crash(actor, restart=False, reason=f"killed: {reason}" if reason else "killed")
 
     def actors(self) -> list[dict[str, Any]]:
         return [

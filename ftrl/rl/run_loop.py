@@ -51,11 +51,13 @@ class StopRequest(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self.reason = "stopped"
+        self._first = threading.Lock()
 
     def request(self, reason: str = "stopped") -> None:
-        if not self.is_set():
-            self.reason = reason
-            self.set()
+        with self._first:
+            if not self.is_set():
+                self.reason = reason
+                self.set()
 
 
 def _requested(stop_event: threading.Event | None) -> str | None:

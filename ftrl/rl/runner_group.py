@@ -109,7 +109,6 @@ class RunnerSlot(ActorSlot):
     """What the group knows about one remote runner (`index` is its worker index, 1-based)."""
 
     state: str = "new"  # new | healthy | recovering | removed | retired (scaled away)
-    joining: bool = False  # added by a scale-up; not yet healthy (its start is no restart)
     synced_version: int = -1
     inflight: cf.Future | None = None
     inflight_version: int = -1
@@ -174,7 +173,6 @@ class EnvRunnerGroup(ActorGroup):
         self._target = self.num_runners
         self._scale_lock = threading.Lock()
         self._retiring: list[tuple[RunnerSlot, float]] = []  # scaled away, a sample in flight; deadline
-        self.last_scale: dict[str, Any] = {}  # what the last apply_scale did (tests, logs)
         # counters (cumulative)
         self.num_env_runner_restarts = 0
         self.num_env_runner_failures = 0
@@ -376,9 +374,7 @@ class EnvRunnerGroup(ActorGroup):
             except FtrlError as e:
                 self._on_failure(slot, e, "recovery")
                 continue
-            if slot.joining:
-                slot.joining = False  # its first start, not a restart
-            elif incarnation != slot.incarnation:
+            if incarnation != slot.incarnation:  # a joiner's create set its incarnation: no restart
                 self.num_env_runner_restarts += max(1, incarnation - slot.incarnation)
                 slot.restarts += 1
             elif soft:
@@ -722,7 +718,7 @@ class EnvRunnerGroup(ActorGroup):
                 if self.actor_name(i) in leaving:
                     log.info("%s: %s is still leaving; added at a later iteration", self.group, self.actor_name(i))
                     break
-                added.append(RunnerSlot(index=i + 1, name=self.actor_name(i), state="recovering", joining=True))
+                added.append(RunnerSlot(index=i + 1, name=self.actor_name(i), state="recovering"))
             self.slots = self.slots + added
             self.ensure_pool(len(self.slots))
             for slot in added:  # created, then synced with the latest weights, in the background
@@ -743,11 +739,11 @@ class EnvRunnerGroup(ActorGroup):
         if not added and not gone:
             return None
         self.num_runners = len(self.slots)
-        self.last_scale = {"from": size, "to": len(self.slots), "added": [s.name for s in added],
-                           "retired": [s.name for s in gone]}
+        change = {"from": size, "to": len(self.slots), "added": [s.name for s in added],
+                  "retired": [s.name for s in gone]}
         log.info("%s scaled from %d to %d runners (added %s, retired %s)", self.group, size, len(self.slots),
-                 self.last_scale["added"], self.last_scale["retired"])
-        return self.last_scale
+                 change["added"], change["retired"])
+        return change
 
     def _collect_retiring(self, out: list[dict[str, Any]], current_version: int, finish_only: bool = False) -> int:
         """Kill the scaled-away runners that are done: their last sample came back (added

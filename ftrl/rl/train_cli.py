@@ -38,7 +38,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import re
 import signal
 import sys
@@ -47,7 +46,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ftrl.client.jobs import job_to_dict as job_to_dict  # the job dict the driver takes
 from ftrl.config import AlgorithmConfig, JobSpec, load_job
 from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
@@ -87,8 +85,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `ftrl train` flags to `parser`."""
     add_job_arguments(parser)
     parser.add_argument("--output", metavar="DIR", help="output directory (default ftrl_results/ALGO_ENV)")
-    parser.add_argument("--job-name", help="the job's id, prefix of its actor names (default: output "
-                        "dir name + a hash of its path)")
+    parser.add_argument("--job-name", type=job_id_arg, help="the job's id, prefix of its actor names "
+                        "(default: output dir name + a hash of its path)")
     if not any(a.dest == "coordinator" for a in parser._actions):
         parser.add_argument("--coordinator", metavar="HOST:PORT", help="use a running cluster")
     parser.add_argument("--detach", action="store_true",
@@ -153,27 +151,10 @@ EMBEDDED_STATE_DIR = ".ftrl-cluster"
 def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -> Any:
     """The embedded local cluster sized for the job's runners (the driver takes no slot),
     its state and logs in OUTPUT/.ftrl-cluster (an earlier run's jobs forgotten)."""
-    from ftrl.client.cluster import LocalCluster
     from ftrl.rl.algorithm import embedded_cluster_for
 
-    sized = embedded_cluster_for(config)  # only its settings are used
-    sized.stop()
-    return LocalCluster(workers=sized.num_workers, slots=sized.slots, spares=sized.spares,
-                        preload=sized.preload, log_level=sized.log_level, fresh=True,
-                        state_dir=str(output_dir(args, config).resolve() / EMBEDDED_STATE_DIR))
-
-
-def _security(args: argparse.Namespace) -> Any:
-    from ftrl.wire.security import Security
-
-    env = os.environ.get
-    return Security.from_options(
-        token_file=getattr(args, "token_file", None),
-        tls_cert=getattr(args, "tls_cert", None) or env("FTRL_TLS_CERT"),
-        tls_key=getattr(args, "tls_key", None) or env("FTRL_TLS_KEY"),
-        tls_ca=getattr(args, "tls_ca", None) or env("FTRL_TLS_CA"),
-        tls_server_name=getattr(args, "tls_server_name", None) or env("FTRL_TLS_SERVER_NAME"),
-    )
+    return embedded_cluster_for(config, fresh=True,
+                                state_dir=str(output_dir(args, config).resolve() / EMBEDDED_STATE_DIR))
 
 
 @contextlib.contextmanager
@@ -185,8 +166,9 @@ def _client_for(args: argparse.Namespace, config: AlgorithmConfig, cluster_facto
     coordinator = getattr(args, "coordinator", None)
     if coordinator:
         from ftrl.client.client import Client
+        from ftrl.wire.security import security_from_args
 
-        client = Client(coordinator, security=_security(args))
+        client = Client(coordinator, security=security_from_args(args))
         try:
             yield client
         finally:
@@ -202,7 +184,7 @@ def _job_name(args: argparse.Namespace, output: Path) -> str:
     for one directory (a resume re-attaches to its runners), distinct across them."""
     explicit = getattr(args, "job_name", None)
     if explicit:
-        return re.sub(r"[^A-Za-z0-9_.\-]", "_", explicit)[:80]
+        return explicit  # checked by the parser, as `ftrl submit` checks it
     digest = hashlib.sha1(str(output.resolve()).encode()).hexdigest()[:6]
     base = re.sub(r"[^A-Za-z0-9_.\-]", "_", output.name or "job")[:60]
     return f"{base}-{digest}"
@@ -388,8 +370,6 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
 FOLLOW_POLL_S = 10.0
 #: How long the follower keeps trying a coordinator it cannot reach before giving up.
 FOLLOW_OUTAGE_S = 300.0
-#: How long the follower of a job on a running cluster waits for its actors to end.
-ACTORS_GONE_S = 30.0
 
 
 def _submit_and_follow(client: Any, args: argparse.Namespace, job: JobSpec, output: Path,
@@ -415,8 +395,6 @@ def _submit_and_follow(client: Any, args: argparse.Namespace, job: JobSpec, outp
                   f"(ftrl status {job_id} --coordinator {args.coordinator})", file=sys.stderr)
         raise
     progress.close(shown.get("row"))
-    if remote:
-        _wait_actors_gone(client, job_id)
     if info["stage"] == "FAILED":
         print(f"ftrl train: failed: {info['reason'] or 'the job failed'}", file=sys.stderr)
         return 1
@@ -432,7 +410,7 @@ def _follow_job(client: Any, job_id: str, output: Path, progress: Progress, show
     reached is retried for FOLLOW_OUTAGE_S."""
     from ftrl.client.jobs import FINAL_STAGES
     from ftrl.util.backoff import Backoff
-    from ftrl.wire.errors import ActorUnavailableError, FtrlTimeoutError
+    from ftrl.wire.errors import ActorUnavailableError, FtrlTimeoutError, NotFoundError
 
     seq, iteration, incarnation, stage = -1, 0, 0, ""
     stop_wanted = stop_sent = False
@@ -453,7 +431,11 @@ def _follow_job(client: Any, job_id: str, output: Path, progress: Progress, show
             stop_wanted = True
             print("\nftrl train: stopping after this iteration (Ctrl-C again aborts)", file=sys.stderr)
             continue
-        except (ActorUnavailableError, FtrlTimeoutError) as e:
+        except (ActorUnavailableError, FtrlTimeoutError, NotFoundError) as e:
+            # NotFoundError once the job was seen: a coordinator restarted without its
+            # state, rebuilding the job from its driver's report (part of the outage)
+            if isinstance(e, NotFoundError) and seq < 0:
+                raise
             now = time.monotonic()
             if outage_since is None:
                 outage_since = now
@@ -493,23 +475,6 @@ def _newest_checkpoint(output: Path) -> str:
         if found:
             return str(found[-1])
     return ""
-
-
-def _wait_actors_gone(client: Any, job_id: str, timeout: float = ACTORS_GONE_S) -> None:
-    """Wait (bounded) until the coordinator ended the job's actors; kill what is left."""
-    deadline = time.monotonic() + timeout
-    live: list[str] = []
-    while time.monotonic() < deadline:
-        try:
-            live = [a["name"] for a in client.actors(prefix=f"{job_id}/") if a["state"] != "DEAD"]
-        except FtrlError:
-            return
-        if not live:
-            return
-        time.sleep(0.2)
-    for name in live:
-        with contextlib.suppress(FtrlError):
-            client.kill_actor(name, "job ended")
 
 
 def _summary(info: dict[str, Any], output: Path) -> dict[str, Any]:
@@ -587,3 +552,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def job_id_arg(text: str) -> str:
+    """argparse type of --job-name: a valid job id (as `ftrl submit` requires)."""
+    from ftrl.client.jobs import check_job_id
+
+    try:
+        return check_job_id(text)
+    except FtrlError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -275,3 +275,22 @@ class TokenCheck:
             return None
         reason = "missing cluster token" if not got else "wrong cluster token"
         return f"{reason}: pass the cluster token (--token-file or FTRL_TOKEN)"
+
+
+def security_from_args(args: object) -> Security:
+    """The Security of a command's flags (`--token-file`, `--tls-*`, `--insecure`,
+    `--tls-no-client-auth`, each absent flag read from its FTRL_ environment variable)."""
+    env = os.environ.get
+
+    def flag(name: str):
+        return getattr(args, name, None)
+
+    return Security.from_options(
+        token_file=flag("token_file"),
+        tls_cert=flag("tls_cert") or env("FTRL_TLS_CERT"),
+        tls_key=flag("tls_key") or env("FTRL_TLS_KEY"),
+        tls_ca=flag("tls_ca") or env("FTRL_TLS_CA"),
+        tls_server_name=flag("tls_server_name") or env("FTRL_TLS_SERVER_NAME"),
+        insecure=bool(flag("insecure")) or env("FTRL_INSECURE") == "1",
+        tls_client_auth=not (flag("tls_no_client_auth") or env("FTRL_TLS_NO_CLIENT_AUTH") == "1"),
+    )

@@ -51,6 +51,7 @@ from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.errors import (
     AlreadyExistsError,
     ConfigError,
+    FailedPreconditionError,
     InvalidArgumentError,
     PermissionDeniedError,
     UnauthenticatedError,
@@ -67,7 +68,6 @@ LEASE_FRACTION = 0.8
 MAX_PENDING_REPORTS = 10_000
 GPU_WAIT_S = 5.0
 REGISTER_TIMEOUT_S = 5.0
-DRAIN_EXIT_SLACK_S = 7.0  # after its drain hook an actor runs __ftrl_shutdown__ (5s) and exits
 FLUSH_TIMEOUT_S = 10.0  # at the end of a drain: wait this long at most for the reports' ack
 
 
@@ -179,6 +179,7 @@ class NodeAgent:
         self.restart_policy = RestartPolicy()
         self.connected = asyncio.Event()
         self.draining = ""  # why the node drains; "" while it does not
+        self._drain_deadline = float("inf")  # monotonic end of the drain, once it began
         self._drain_requested = asyncio.Event()
         self._hb_sent = 0  # seq of the last heartbeat written (increasing across sessions)
         self._hb_acked = 0  # seq of the last heartbeat the coordinator acknowledged
@@ -254,6 +255,7 @@ class NodeAgent:
         if self.draining:
             return False
         self.draining = reason or "drain requested"
+        self._drain_deadline = time.monotonic() + self.opts.drain_timeout_s
         self.pool.size = 0  # no warm spares needed from now on
         self._drain_requested.set()
         self._report_ready.set()  # wakes the writer: the Drain goes out now
@@ -328,8 +330,9 @@ class NodeAgent:
                 failures, last_error = 0, ""
                 await self._session(reply)
             except (AlreadyExistsError, UnauthenticatedError, PermissionDeniedError,
-                    InvalidArgumentError) as e:
-                # Retrying cannot help: a duplicate node id, a wrong token, a bad option.
+                    InvalidArgumentError, FailedPreconditionError) as e:
+                # Retrying cannot help: a duplicate node id, a wrong token, a bad option,
+                # another ftrl version than the coordinator's.
                 log.error("cannot join the cluster: %s", e)
                 self._fatal = e
                 self._stop.set()
@@ -514,7 +517,10 @@ class NodeAgent:
         drain = la.drain
         if la.host is not None:
             if drain:
-                grace = self.opts.drain_timeout_s + DRAIN_EXIT_SLACK_S
+                # one deadline for the whole drain: an actor may use what is left of it
+                # (its exit after the hook included); after it, _stop_all stops everything
+                left = self._drain_deadline - time.monotonic()
+                grace = max(1.0, min(left, self.opts.drain_timeout_s))
                 log.info("actor %s incarnation %d: asking it to drain (%s; killed if still there "
                          "after %gs)", la.name, la.incarnation, la.stop_reason, grace)
             else:

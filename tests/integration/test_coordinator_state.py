@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 
+from ftrl import __version__
 from tests.integration.conftest import COUNTER, REPO, cluster_env, running, wait_until
 
 
@@ -77,3 +78,16 @@ def test_corrupt_database_refuses_then_recover_rebuilds(make_cluster):
     assert rec["pid"] == pid
     assert h.call("incr") == 11
     assert list(cl.coordinator_state_dir.glob("coordinator.sqlite.corrupt-*"))
+
+
+def test_worker_of_another_version_is_refused_and_exits(make_cluster):
+    cl = make_cluster(workers=0)
+    code = ("import sys, ftrl; ftrl.__version__ = '0.0.9'; from ftrl.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    worker = subprocess.run(
+        [sys.executable, "-c", code, "worker", "--coordinator", cl.address, "--node-id", "old",
+         "--token-file", str(cl.token_file)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **cluster_env()}, cwd=REPO)
+    assert worker.returncode != 0  # refused at once, not retried forever
+    assert "0.0.9" in worker.stderr and __version__ in worker.stderr
+    assert "old" not in {n["node_id"] for n in cl.client().nodes()}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 from tests.integration.conftest import wait_until
 
@@ -44,9 +43,8 @@ def test_job_survives_coordinator_kill_and_two_jobs_side_by_side(make_cluster, t
     cl.coordinator_proc.send_signal(signal.SIGKILL)
     cl.coordinator_proc.wait(10)
     at_kill = len(_rows(first))
-    time.sleep(6)
-    during = len(_rows(first))
-    assert during > at_kill, "training must go on while the coordinator is down"
+    wait_until(lambda: len(_rows(first)) >= at_kill + 3, 60,
+               what="training to go on while the coordinator is down")
 
     cl.start_coordinator()
     cl.wait_nodes(["local-0"], timeout=60)
@@ -83,7 +81,8 @@ def test_coordinator_killed_in_a_short_lived_stage_and_during_a_scale(make_clust
     cl.wait_nodes(["local-0"], timeout=60)
     wait_until(lambda: (s := c.job_status("short"))["stage"] == "RUNNING" and s["iteration"] >= 1, 180,
                what="the job RUNNING after a restart in its starting stage")
-    assert len([a for a in c.actors(prefix="short/algorithm")]) == 1
+    driver = c.actor("short/algorithm")
+    assert (driver["incarnation"], driver["restarts"]) == (1, 0)  # its one start, not redone
 
     scaled = c.scale("short", env_runners=2)  # accepted = durable: survives the kill right after
     assert scaled["num_env_runners"] == 2

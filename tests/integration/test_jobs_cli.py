@@ -152,9 +152,8 @@ def test_train_detach_then_stop(cluster, tmp_path):
     assert proc.stdout.strip() == "det" and "ftrl stop det" in proc.stderr
     client = cluster.client()
     wait_until(lambda: client.job_status("det")["iteration"] >= 1, timeout=120, what="an iteration")
-    started = time.monotonic()
     final = client.stop("det", wait=True, timeout=120)
-    assert final["stage"] == "STOPPED" and time.monotonic() - started < 120
+    assert final["stage"] == "STOPPED" and not final["actors"]
     assert json.loads((out / "result.json").read_text())["stop_reason"] == "stopped"
 
 

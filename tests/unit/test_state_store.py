@@ -280,3 +280,34 @@ def test_job_without_a_live_runner_fails_after_its_tolerance(tmp_path):
     assert "no healthy env runner" in job.reason and "env exploded" in job.reason
     assert "--resume" in job.reason
     assert h.c.actors["j/algorithm"].state == ActorState.DEAD  # its actors were stopped
+
+
+def test_a_new_state_dir_adopts_what_workers_run_and_rebuilds_their_jobs(tmp_path):
+    """A coordinator with nothing to restore (a new or wiped state dir, --recover) takes
+    what workers report as the truth: live actors are adopted, a running driver brings
+    its job back."""
+    old = Harness()
+    old.register("n1", cpu=4)
+    old.c.submit_job(job_request("j", tmp_path))
+    old.started("j/algorithm")
+    reported = [running(old, "j/algorithm")]
+    h = Harness(store=SQLiteStore(tmp_path / "new-state"))
+    h.sessions["n1"] = old.sessions["n1"]
+    reply = h.register("n1", cpu=4, running=reported)
+    assert not reply.stop
+    assert h.c.actors["j/algorithm"].state == ActorState.ALIVE
+    job = h.c.jobs.get("j")
+    assert job.stage == JobStage.RUNNING and job.output_dir == str(tmp_path / "j")
+    h.c.store.close()
+    again = Harness(store=SQLiteStore(tmp_path / "new-state"))  # and it is durable from then on
+    assert again.c.jobs.get("j").stage == JobStage.RUNNING
+
+
+def test_in_use_tells_a_held_state_dir(tmp_path):
+    from ftrl.coordinator.store import in_use
+
+    assert not in_use(tmp_path)
+    store = SQLiteStore(tmp_path)
+    assert in_use(tmp_path)
+    store.close()
+    assert not in_use(tmp_path)

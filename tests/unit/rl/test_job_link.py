@@ -242,7 +242,6 @@ def test_driver_applies_each_wanted_size_once(tmp_path):
         n_calls = len(fake.calls)
         _until(lambda: len(fake.calls) >= n_calls + 3, what="more replies")
         assert calls == [2]  # once, though every reply says 2
-        fake.info["num_env_runners"] = 0  # refused (no sampling in the driver at runtime), logged once
         fake.info["num_env_runners"] = 1
         _until(lambda: fake.rows()[-1]["num_env_runners"] == 1, timeout=60, what="back to one runner")
         assert calls == [2, 1]
