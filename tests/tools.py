@@ -16,10 +16,14 @@ def ensure_binary(binary: str, package: str, timeout_s: float = 300.0) -> str:
         return path
     if shutil.which("apt-get") is None:
         pytest.skip(f"{binary} is not installed and there is no apt-get to install {package}")
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     try:
         proc = subprocess.run(["apt-get", "install", "-y", "-q", package], capture_output=True,
-                              text=True, timeout=timeout_s,
-                              env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+                              text=True, timeout=timeout_s, env=env)
+        if proc.returncode != 0:  # stale package lists: refresh once
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=timeout_s, env=env)
+            proc = subprocess.run(["apt-get", "install", "-y", "-q", package], capture_output=True,
+                                  text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         pytest.skip(f"installing {package} took more than {timeout_s:g}s")
     path = shutil.which(binary)
