@@ -157,6 +157,16 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
 
+def unreachable_hint(details: str) -> str:
+    """A gRPC connection failure said plainly: what is wrong with the address."""
+    low = details.lower()
+    if "resolv" in low or "domain name not found" in low or "name or service not known" in low:
+        return f"the host name does not resolve ({details})"
+    if "connection refused" in low:
+        return f"nothing listens on that port ({details})"
+    return details
+
+
 def error_from_rpc(err: grpc.RpcError, what: str = "") -> FtrlError:
     """Turn a received grpc error into the matching FtrlError subclass."""
     try:
@@ -172,7 +182,7 @@ def error_from_rpc(err: grpc.RpcError, what: str = "") -> FtrlError:
     except Exception:  # no trailing metadata on this error
         pass
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) and what:
-        details = f"{what} unreachable: {details}"
+        details = f"{what} unreachable: {unreachable_hint(details)}"
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED and what:
         details = f"{what}: deadline exceeded"
     error = cls(details or code.name)

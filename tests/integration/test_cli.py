@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,23 @@ def test_bad_server_options(shared_cluster, tmp_path):
     proc = run_ftrl("worker", "--coordinator", "no-port-here", "--log-dir", str(tmp_path), *token)
     assert proc.returncode == 2 and "HOST:PORT" in proc.stderr
     assert running(cl.coordinator_proc)
+
+
+@pytest.mark.parametrize(("address", "words"), [
+    ("no-such-host.invalid:6380", "does not resolve"),
+    ("127.0.0.1:1", "nothing listens on that port"),
+])
+def test_worker_gives_up_on_a_coordinator_it_cannot_join(tmp_path, address, words):
+    """A worker that never joined retries for --connect-timeout, then exits 1 saying why
+    (under systemd or srun it is then restarted by the launcher)."""
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    t0 = time.monotonic()
+    proc = run_ftrl("worker", "--coordinator", address, "--connect-timeout", "1.5",
+                    "--log-dir", str(tmp_path / "logs"), "--token-file", str(token), timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr
+    assert f"could not join the coordinator at {address}" in proc.stderr and words in proc.stderr
+    assert "--connect-timeout" in proc.stderr and "Traceback" not in proc.stderr
+    assert took < 30  # bounded: not a retry for ever
