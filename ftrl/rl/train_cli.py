@@ -377,8 +377,7 @@ def _submit_and_follow(client: Any, args: argparse.Namespace, job: JobSpec, outp
     """Submit the job, show its progress until it ends (Ctrl-C: stop it with a final
     checkpoint; again: abort), print the summary; returns the exit code."""
     remote = bool(getattr(args, "coordinator", None))
-    job_id = client.submit(job, job_id=_job_name(args, output), output_dir=str(output.resolve()),
-                           resume=getattr(args, "resume", False))
+    job_id = _submit_or_attach(client, args, job, output)
     if getattr(args, "detach", False):
         where = f" --coordinator {args.coordinator}"
         print(job_id, flush=True)
@@ -401,6 +400,51 @@ def _submit_and_follow(client: Any, args: argparse.Namespace, job: JobSpec, outp
     summary = _summary(info, output)
     _print_summary(summary, output)
     return 130 if info["stage"] == "STOPPED" or summary.get("stop_reason") in ("interrupted", "stopped") else 0
+
+
+#: How long `--resume` retries a submit refused while the old run's actors are still stopping.
+RESUBMIT_WAIT_S = 30.0
+#: How long `--resume` waits for a live job of the same id that is being stopped to end.
+STOPPING_WAIT_S = 120.0
+
+
+def _submit_or_attach(client: Any, args: argparse.Namespace, job: JobSpec, output: Path) -> str:
+    """Submit the job; returns its id. With --resume, a live job of the same id is
+    followed instead (e.g. a requeued SLURM job finds it running on the restored
+    coordinator); one being stopped is waited for (bounded), and one that ended but
+    whose actors are still stopping is submitted again (resume=True: from the newest
+    checkpoint) once they are gone (bounded)."""
+    from ftrl.client.jobs import FINAL_STAGES
+    from ftrl.wire.errors import AlreadyExistsError, NotFoundError
+
+    name, resume = _job_name(args, output), getattr(args, "resume", False)
+    deadline = time.monotonic() + RESUBMIT_WAIT_S
+    while True:
+        try:
+            return client.submit(job, job_id=name, output_dir=str(output.resolve()), resume=resume)
+        except AlreadyExistsError:
+            if not resume:
+                raise
+            try:
+                info = client.job_status(name)
+            except NotFoundError:
+                info = None
+            if info is not None and info["stage"] not in FINAL_STAGES and info.get("stop_requested"):
+                print(f"ftrl train: job {name} is {info['stage']} with a stop requested earlier; "
+                      "resuming it once it has stopped", file=sys.stderr)
+                client.stop(name, wait=True, timeout=STOPPING_WAIT_S)  # FtrlTimeoutError if it never ends
+                deadline = time.monotonic() + RESUBMIT_WAIT_S
+                continue
+            if info is not None and info["stage"] not in FINAL_STAGES:
+                print(f"ftrl train: job {name} is already {info['stage']} (iteration {info['iteration']}); "
+                      "following it", file=sys.stderr)
+                if info.get("output_dir") and Path(info["output_dir"]) != output.resolve():
+                    print(f"ftrl train: note: job {name} writes to {info['output_dir']}, not {output}",
+                          file=sys.stderr)
+                return name
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def _follow_job(client: Any, job_id: str, output: Path, progress: Progress, shown: dict[str, Any]) -> dict:
