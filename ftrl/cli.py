@@ -31,6 +31,12 @@ def _add_security(p: argparse.ArgumentParser, server: bool = False) -> None:
                        help="TLS without client certificates: --tls-ca only verifies servers")
 
 
+def _add_verbose(p: argparse.ArgumentParser) -> None:
+    """`-v` after the subcommand too (`ftrl worker -v`), same as `ftrl -v worker`."""
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log at DEBUG")
+
+
 def _security(args: argparse.Namespace):
     from ftrl.wire.security import security_from_args
 
@@ -74,6 +80,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         create_rate=args.create_rate, create_burst=args.create_burst, recover=args.recover,
         node_failure_window_s=args.node_failure_window,
         job_unhealthy_timeout_s=args.job_unhealthy_timeout,
+        http_port=args.http_port, http_host=args.http_host, http_port_file=args.http_port_file,
+        http_public_metrics=args.http_public_metrics,
     )
     if not 0 < opts.heartbeat_interval_s < opts.heartbeat_timeout_s:
         raise ConfigError("--heartbeat-interval must be smaller than --heartbeat-timeout")
@@ -91,7 +99,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         gpus=args.gpus, resources=args.resources or {}, address=args.address,
         actor_hang_timeout_s=args.actor_hang_timeout, actor_start_timeout_s=args.actor_start_timeout,
         spares=args.spares, preload=args.preload, log_dir=args.log_dir, log_level=args.log_level,
-        drain_timeout_s=args.drain_timeout,
+        drain_timeout_s=args.drain_timeout, connect_timeout_s=args.connect_timeout,
+        log_max_bytes=args.log_max_bytes, log_backups=args.log_backups,
     )
     run_async(serve(opts, _security(args)))
     return 0
@@ -242,10 +251,30 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    """`ftrl logs ACTOR|JOB [-f]`: print (and follow) actor logs from their workers."""
+    with _client(args) as client:
+        lines = client.logs(args.target, tail=args.lines, follow=args.follow)
+        prefix = None
+        for name, line in lines:
+            if prefix is None:
+                prefix = name != args.target  # a job: say whose line it is
+            print(f"[{name}] {line}" if prefix else line, flush=args.follow)
+    return 0
+
+
 def cmd_node_readmit(args: argparse.Namespace) -> int:
     with _client(args) as client:
         node = client.readmit_node(args.node)
     print(f"node {node['node_id']}: {node['state']}")
+    return 0
+
+
+def cmd_systemd_units(args: argparse.Namespace) -> int:
+    from ftrl.launch.systemd import describe, install_units, options_from_args
+
+    result = install_units(options_from_args(args), args.output, args.node_id, args.units_only)
+    print(describe(result, args.user))
     return 0
 
 
@@ -275,10 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"ftrl {__version__}")
     ap.add_argument("--log-level", default=os.environ.get("FTRL_LOG_LEVEL", "INFO"),
                     choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    ap.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG (as --log-level DEBUG)")
     sub = ap.add_subparsers(dest="command", required=True)
     coordinator_default = os.environ.get("FTRL_COORDINATOR", "127.0.0.1:6380")
 
     p = sub.add_parser("coordinator", help="run the control plane")
+    _add_verbose(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=6380, help="port (0 = any free port)")
     p.add_argument("--state-dir", help="directory for durable state (SQLite, WAL): nodes, actors, "
@@ -295,7 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-timeout", type=_positive(float), default=5.0, metavar="S")
     p.add_argument("--max-node-failures", type=int, default=100,
                    help="actor failures after which a node is excluded (-1 = never)")
-    p.add_argument("--http-port", type=int, help="(reserved) HTTP status page and /metrics")
+    p.add_argument("--http-port", type=int, metavar="P",
+                   help="serve HTTP on this port (0 = any free port): a live status page at /, "
+                   "/api/status (JSON), /metrics (Prometheus), /healthz; /api and / need the token")
+    p.add_argument("--http-host", metavar="H", help="address the HTTP server listens on (default: --host)")
+    p.add_argument("--http-port-file", metavar="F", help="write the bound HTTP port to this file")
+    p.add_argument("--http-public-metrics", action="store_true",
+                   help="serve /healthz and /metrics without the token on a non-loopback address")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
     p.add_argument("--create-rate", type=_positive(float), default=200.0, metavar="N",
                    help="CreateActor calls per second allowed per peer host (default 200)")
@@ -305,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_coordinator)
 
     p = sub.add_parser("worker", help="run a node agent that hosts actors")
+    _add_verbose(p)
     p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
     p.add_argument("--slots", type=_positive(int), help="CPU slots offered (default: CPU count)")
     p.add_argument("--gpus", type=int, default=0)
@@ -316,9 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--actor-start-timeout", type=_positive(float), default=300.0, metavar="S")
     p.add_argument("--spares", type=int, default=1, help="warm spare processes kept for fast restarts")
     p.add_argument("--preload", default="", help="modules spares import ahead, e.g. torch,gymnasium")
-    p.add_argument("--log-dir", help="where actor logs go")
+    p.add_argument("--log-dir", help="where actor logs go (one file per actor; default "
+                   "/tmp/ftrl-UID/NODE/logs)")
+    p.add_argument("--log-max-bytes", type=_positive(int), default=50 << 20, metavar="B",
+                   help="rotate an actor's log file past this size (default 50 MiB)")
+    p.add_argument("--log-backups", type=int, default=3, metavar="N",
+                   help="rotated files kept per actor (default 3)")
     p.add_argument("--drain-timeout", type=_positive(float), default=60.0, metavar="S",
                    help="on SIGTERM, move actors away for at most this long, then exit (default 60)")
+    p.add_argument("--connect-timeout", type=_positive(float), default=120.0, metavar="S",
+                   help="exit (status 1) when the coordinator cannot be joined for S seconds at "
+                   "start (default 120); once joined, a lost coordinator is retried for ever")
     _add_security(p, server=True)
     p.set_defaults(fn=cmd_worker)
 
@@ -335,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", help="only actors whose name starts with this")
 
     p = sub.add_parser("train", help="train an RL algorithm (embedded local cluster by default)")
+    _add_verbose(p)
     try:
         from ftrl.rl.train_cli import add_train_arguments
     except ImportError:  # pragma: no cover
@@ -364,10 +411,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest --wait waits (default 600)")
     p.add_argument("--json", action="store_true", help="print the job's record as JSON")
 
+    p = client_command("logs", "print an actor's log, or the logs of a job's actors, from the "
+                       "nodes that hold them", cmd_logs)
+    p.add_argument("target", metavar="ACTOR|JOB")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    p.add_argument("-n", "--lines", type=int, default=100, metavar="N",
+                   help="start with the last N lines of each log (default 100; -1: all)")
+
     p = sub.add_parser("node", help="manage nodes")
     node_sub = p.add_subparsers(dest="node_command", metavar="readmit", required=True)
     p = client_command("readmit", "take an EXCLUDED node back", cmd_node_readmit, parent=node_sub)
     p.add_argument("node", metavar="NODE")
+
+    from ftrl.launch.systemd import add_arguments as add_systemd_arguments
+
+    p = sub.add_parser("systemd-units", help="write systemd units for a coordinator and workers",
+                       description="write ftrl-coordinator.service and ftrl-worker@.service "
+                       "(instance = node id), an example env file and a token file if missing")
+    add_systemd_arguments(p)
+    p.set_defaults(fn=cmd_systemd_units)
     return ap
 
 
@@ -375,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     from ftrl.util.runtime import setup_logging
 
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        args.log_level = "DEBUG"
     setup_logging(args.log_level, f"ftrl-{args.command}")
     if os.environ.get("FTRL_DIE_WITH_PARENT") == "1" and args.command in ("coordinator", "worker"):
         from ftrl.util.runtime import die_with_parent

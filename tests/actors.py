@@ -28,6 +28,12 @@ class Counter:
     def pid(self) -> int:
         return os.getpid()
 
+    def say(self, text: str, times: int = 1) -> int:
+        """Print `text` (to the actor's log file) `times` times; returns the bytes written."""
+        for _ in range(times):
+            print(text, flush=True)
+        return (len(text) + 1) * times
+
     def whoami(self) -> dict:
         ctx = get_runtime_context()
         assert ctx is not None

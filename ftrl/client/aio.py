@@ -12,7 +12,6 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from ftrl.client.convert import actor_dict, event_dict, job_dict, mesh_dict, node_dict
 from ftrl.client.jobs import (
     FINAL_STAGES,
     absolute_path,
@@ -27,6 +26,7 @@ from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.chunks import assemble
+from ftrl.wire.convert import actor_dict, cluster_dict, event_dict, job_dict, mesh_dict, node_dict
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -162,13 +162,7 @@ class AsyncClient:
         return actor_dict(await self._rpc("GetActor", pb.GetActorRequest(name=name)))
 
     async def cluster_info(self) -> dict[str, Any]:
-        info = await self._rpc("GetClusterInfo", pb.ClusterInfoRequest())
-        return {
-            "coordinator_id": info.coordinator_id, "version": info.version,
-            "uptime_s": info.uptime_s, "heartbeat_interval_s": info.heartbeat_interval_s,
-            "heartbeat_timeout_s": info.heartbeat_timeout_s,
-            "max_node_failures": info.max_node_failures, "event_seq": info.event_seq,
-        }
+        return cluster_dict(await self._rpc("GetClusterInfo", pb.ClusterInfoRequest()))
 
     async def wait_actor(self, name: str, timeout: float = 60.0, min_incarnation: int = 0) -> pb.ActorInfo:
         """Wait until `name` is ALIVE (incarnation >= min_incarnation) or DEAD; returns its info."""
@@ -398,6 +392,14 @@ class AsyncClient:
             if time.monotonic() - outage_since > retry_s:
                 raise error
             await asyncio.sleep(backoff.next_delay())
+
+    def logs(self, target: str, tail: int = 100, follow: bool = False) -> AsyncIterator[tuple[str, str]]:
+        """(actor, line) from the log file of actor `target`, or of each actor of job
+        `target`, read from the worker that holds it (also after the actor died): the
+        last `tail` lines (-1: all), then with `follow` new lines until cancelled."""
+        from ftrl.client.logs import read_logs
+
+        return read_logs(self, target, tail, follow)
 
     async def readmit_node(self, node_id: str) -> dict[str, Any]:
         """Take an EXCLUDED node back (its failure count starts over); returns its record."""

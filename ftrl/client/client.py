@@ -114,7 +114,7 @@ class Client:
 
     def wait_actor(self, name: str, timeout: float = 60.0, min_incarnation: int = 0) -> dict[str, Any]:
         """Wait until the actor is ALIVE (incarnation >= min_incarnation) or DEAD."""
-        from ftrl.client.convert import actor_dict
+        from ftrl.wire.convert import actor_dict
 
         return actor_dict(self._run(self._aio.wait_actor(name, timeout, min_incarnation)))
 
@@ -233,6 +233,24 @@ class Client:
                 future.cancel()
             with contextlib.suppress(Exception):
                 self._loop.submit(rows.aclose()).result(5.0)
+
+    def logs(self, target: str, tail: int = 100, follow: bool = False) -> Iterator[tuple[str, str]]:
+        """(actor, line) from the logs of actor or job `target` (see AsyncClient.logs)."""
+        lines = self._aio.logs(target, tail, follow)
+        future: concurrent.futures.Future | None = None
+        try:
+            while True:
+                future = self._loop.submit(_next_or_none(lines))
+                item = future.result()
+                future = None
+                if item is None:
+                    return
+                yield item
+        finally:
+            if future is not None:
+                future.cancel()
+            with contextlib.suppress(Exception):
+                self._loop.submit(lines.aclose()).result(5.0)
 
     def readmit_node(self, node_id: str) -> dict[str, Any]:
         """Take an EXCLUDED node back; returns its record."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire.convert import stage_name  # noqa: F401 (re-exported: the client names it here)
 from ftrl.wire.errors import ConfigError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -95,14 +96,6 @@ def stage_value(stage: str) -> int:
     if name not in JOB_STAGES:
         raise InvalidArgumentError(f"unknown job stage {stage!r}; stages: {', '.join(JOB_STAGES)}")
     return pb.JobStage.Value(f"JOB_{name}")
-
-
-def stage_name(value: int) -> str:
-    """The stage name of a JobStage enum value (UNKNOWN for one this client lacks)."""
-    try:
-        return pb.JobStage.Name(value).removeprefix("JOB_")
-    except ValueError:
-        return "UNKNOWN"
 
 
 def job_rows(rows: list[Mapping[str, Any]]) -> list[pb.JobResult]:

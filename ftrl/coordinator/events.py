@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from ftrl.wire import ftrl_pb2 as pb
+
+#: One line per event, key=value (`grep event=ACTOR_RESTARTED`, or a log shipper's parser).
+event_log = logging.getLogger("ftrl.events")
+
+
+def event_line(event: pb.Event) -> str:
+    """The event as one structured line: event, node, actor, incarnation, job, message."""
+    kind = pb.EventType.Name(event.type).removeprefix("EVENT_")
+    job = event.actor if event.type == pb.EVENT_JOB else event.actor.partition("/")[0] if "/" in event.actor else ""
+    fields = [f"event={kind}"]
+    if event.node_id:
+        fields.append(f"node={event.node_id}")
+    if event.actor and event.type != pb.EVENT_JOB:
+        fields.append(f"actor={event.actor}")
+    if event.incarnation:
+        fields.append(f"incarnation={event.incarnation}")
+    if job:
+        fields.append(f"job={job}")
+    if event.message:
+        text = event.message.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        fields.append(f'message="{text[:500]}"')
+    return " ".join(fields)
+
 
 RETAINED_EVENTS = 10_000
 SUBSCRIBER_QUEUE = 10_000
@@ -39,6 +63,7 @@ class EventLog:
         self.seq = 0
         self._recent: deque[pb.Event] = deque(maxlen=RETAINED_EVENTS)
         self._subs: set[Subscription] = set()
+        self.counts: dict[int, int] = {}  # events emitted by type since start (/metrics counters)
 
     def emit(
         self,
@@ -49,6 +74,7 @@ class EventLog:
         message: str = "",
     ) -> pb.Event:
         self.seq += 1
+        self.counts[type_] = self.counts.get(type_, 0) + 1
         event = pb.Event(
             seq=self.seq,
             type=type_,
@@ -59,6 +85,8 @@ class EventLog:
             message=message,
         )
         self._recent.append(event)
+        if event_log.isEnabledFor(logging.INFO):
+            event_log.info("%s", event_line(event))
         for sub in list(self._subs):
             if not sub.matches(event):
                 continue

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftrl.coordinator.controller import Controller, ControllerConfig
+from ftrl.coordinator.http import HttpServer
 from ftrl.coordinator.server import CoordinatorServer
 from ftrl.coordinator.store import open_store
 from ftrl.util.files import atomic_write_bytes
 from ftrl.util.runtime import stop_on_signals
-from ftrl.wire.security import Security, check_bind
+from ftrl.wire.security import Security, check_bind, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,10 @@ class CoordinatorOptions:
     recover: bool = False  # rebuild from worker reports after moving an unreadable database aside
     node_failure_window_s: float = 3600.0
     job_unhealthy_timeout_s: float = 300.0
+    http_port: int | None = None  # None: no HTTP server; 0: any free port
+    http_host: str | None = None  # None: the same as host
+    http_port_file: str | None = None
+    http_public_metrics: bool = False  # /healthz and /metrics without the token off loopback
 
 
 def jobs_dir(state_dir: str | None) -> Path:
@@ -72,6 +77,11 @@ async def _serve(opts: CoordinatorOptions, security: Security, controller: Contr
     server = CoordinatorServer(controller, security, opts.host, opts.port,
                                create_rate=opts.create_rate, create_burst=opts.create_burst)
     port = await server.start()
+    try:
+        http = await _start_http(opts, server)
+    except BaseException:
+        await server.stop(grace=0)
+        raise
     if stop is None:
         stop = asyncio.Event()
         stop_on_signals(stop)
@@ -96,4 +106,36 @@ async def _serve(opts: CoordinatorOptions, security: Security, controller: Contr
         await stop.wait()
     finally:
         log.info("coordinator stopping")
+        if http is not None:
+            await http.stop()
         await server.stop(grace=1.0)
+
+
+async def _start_http(opts: CoordinatorOptions, server: CoordinatorServer) -> HttpServer | None:
+    """The HTTP server (status page, /api/status, /metrics) if --http-port was given."""
+    if opts.http_port is None:
+        return None
+    host = opts.http_host or opts.host
+    if not server.security.token and not is_loopback(host):
+        if not server.security.insecure:
+            check_bind(host, server.security, "the coordinator's HTTP server")  # refuses, saying why
+        log.warning("INSECURE: the HTTP server on %s has no token: anyone who can reach it reads "
+                    "the cluster's state", host)
+    http = HttpServer(server.controller, server.security.token, host, opts.http_port,
+                      public_metrics=opts.http_public_metrics, metrics=server.servicer.metrics)
+    port = await http.start()  # ConfigError naming --http-port if the port is taken
+    if server.security.token:
+        where = f"the token in {server.local_token_file}" if server.local_token_file else "the cluster token"
+        auth = (f"log in with {where}, or open {http.url}#token=TOKEN; API clients send "
+                "Authorization: Bearer TOKEN")
+        metrics = "open" if http.auth.open_metrics else "need the token"
+        auth += f"; /healthz and /metrics {metrics}"
+    else:
+        auth = "no token: open to anyone who can reach it"
+    log.info("status page at %s (%s)", http.url, auth)
+    if server.security.token and not is_loopback(host):
+        log.warning("the HTTP server on %s is plain HTTP: the token and the cluster's state cross the "
+                    "network unencrypted; keep it on loopback or put a TLS proxy in front", host)
+    if opts.http_port_file:
+        atomic_write_bytes(Path(opts.http_port_file), f"{port}\n".encode())
+    return http

@@ -87,6 +87,7 @@ class Membership:
             epoch=epoch,
             hostname=req.hostname,
             pid=req.pid,
+            log_port=req.log_port,
             last_heartbeat=now,
         )
         relaunched = old is None or old.session_id != req.session_id

@@ -46,6 +46,7 @@ class NodeRecord:
     epoch: int
     hostname: str = ""
     pid: int = 0
+    log_port: int = 0  # its Worker service (actor logs), learned at each registration
     state: NodeState = NodeState.ALIVE
     connected: bool = False
     last_heartbeat: float = field(default_factory=time.monotonic)
@@ -128,6 +129,7 @@ class NodeRecord:
             hostname=self.hostname,
             pid=self.pid,
             connected=self.connected,
+            log_port=self.log_port,
         )
 
 

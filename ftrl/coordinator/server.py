@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,11 +20,13 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
+from ftrl.coordinator import views
 from ftrl.coordinator.controller import Controller
+from ftrl.coordinator.metrics import CoordinatorMetrics
 from ftrl.coordinator.records import ActorState
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
-from ftrl.wire.errors import ERROR_TYPE_KEY, FtrlError, InvalidArgumentError, status_of
+from ftrl.wire.errors import ERROR_TYPE_KEY, ConfigError, FtrlError, InvalidArgumentError, status_of
 from ftrl.wire.grpcopts import server_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, RateLimiter, check_name, peer_host
 from ftrl.wire.security import CALLER_HEADER, Security, bind, ensure_local_token, is_loopback
@@ -85,6 +88,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.streams: dict[str, _NodeStream] = {}
         self._changes: dict[str, asyncio.Event] = {}
         self._create_limit = RateLimiter(create_rate, create_burst, "CreateActor")
+        self.metrics = CoordinatorMetrics(controller)  # served at /metrics by ftrl.coordinator.http
         controller.send = self._send
         controller.on_actor_change = functools.partial(self._notify, self._changes)
         controller.on_node_fenced = self._close_stream
@@ -177,15 +181,18 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # and 5 s, every 3rd beat) and cuts the coordinator's writes by that much.
         cfg = self.c.config
         ack_every = max(1, int(cfg.heartbeat_timeout_s / (1.6 * cfg.heartbeat_interval_s)))
+        observe = self.metrics.heartbeat_seconds.observe
         try:
             async for msg in requests:
                 check(msg)
                 if msg.node_id != node_id or msg.epoch != epoch:
                     raise InvalidArgumentError("node id and epoch must not change within a stream")
                 if msg.HasField("heartbeat"):
+                    t0 = time.perf_counter()
                     self.c.heartbeat(node_id, epoch)
                     if msg.heartbeat.seq % ack_every == 0:
                         stream.put(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=msg.heartbeat.seq)))
+                    observe(time.perf_counter() - t0)
                 elif msg.HasField("report"):
                     self.c.report(node_id, epoch, msg.report)
                 elif msg.HasField("drain"):
@@ -237,13 +244,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_unary
     async def ListActors(self, request, context):
-        recs = [r for n, r in sorted(self.c.actors.items()) if n.startswith(request.prefix)]
-        return pb.ListActorsReply(actors=[r.to_proto() for r in recs])
+        return views.list_actors(self.c, request.prefix)
 
     @_unary
     async def ListNodes(self, request, context):
-        now = self.c.clock()
-        return pb.ListNodesReply(nodes=[n.to_proto(now) for _, n in sorted(self.c.nodes.items())])
+        return views.list_nodes(self.c)
 
     @_unary
     async def GetClusterInfo(self, request, context):
@@ -280,7 +285,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_unary
     async def ListMeshes(self, request, context):
-        return pb.ListMeshesReply(meshes=self.c.meshes.views())
+        return views.list_meshes(self.c)
 
     # ---------------------------------------------------------------- jobs
 
@@ -303,8 +308,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_unary
     async def ListJobs(self, request, context):
-        jobs = sorted(self.c.jobs.jobs.values(), key=lambda j: (j.submitted_at, j.job_id))
-        return pb.ListJobsReply(jobs=[self.c.jobs.info(j, with_config=False) for j in jobs])
+        return views.list_jobs(self.c)
 
     @_unary
     async def ScaleJob(self, request, context):
@@ -396,7 +400,13 @@ class CoordinatorServer:
         opts = [o for o in opts if o[0] != "grpc.max_send_message_length"]
         opts.append(("grpc.max_send_message_length", 64 << 20))
         server = aio.server(options=opts)
-        self.port = bind(server, f"{_bracket(self.host)}:{self.port}", self.security)
+        try:
+            self.port = bind(server, f"{_bracket(self.host)}:{self.port}", self.security)
+        except ConfigError as e:
+            if not str(e).startswith("cannot listen"):
+                raise
+            raise ConfigError(f"{e} (--port {self.port}: is another coordinator running there? "
+                              "choose another port, 0 = any free one)") from None
         if self.security.token is None and not self.security.insecure and is_loopback(self.host):
             # No token given on loopback: make one (or reuse the last one for this port)
             # in a file only this user can read, where this user's workers and clients
@@ -421,8 +431,12 @@ class CoordinatorServer:
         return self.port
 
     async def _tick_loop(self) -> None:
+        lag = self.servicer.metrics.loop_lag_seconds
+        loop = asyncio.get_running_loop()
         while True:
+            due = loop.time() + self.tick_interval_s
             await asyncio.sleep(self.tick_interval_s)
+            lag.observe(max(0.0, loop.time() - due))  # how late the loop woke us: its backlog
             try:
                 self.controller.tick()
             except Exception:

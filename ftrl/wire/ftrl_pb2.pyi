@@ -167,7 +167,7 @@ class ActorInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., class_path: _Optional[str] = ..., node_id: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ActorState, str]] = ..., restarts: _Optional[int] = ..., incarnation: _Optional[int] = ..., owner: _Optional[str] = ..., death_reason: _Optional[str] = ..., node_epoch: _Optional[int] = ..., state_since: _Optional[float] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_restarts: _Optional[int] = ..., error_type: _Optional[str] = ..., valid_for_s: _Optional[float] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "address", "state", "resources", "available", "slots", "actors", "failures", "last_heartbeat_age_s", "epoch", "hostname", "pid", "connected")
+    __slots__ = ("node_id", "address", "state", "resources", "available", "slots", "actors", "failures", "last_heartbeat_age_s", "epoch", "hostname", "pid", "connected", "log_port")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,7 @@ class NodeInfo(_message.Message):
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    LOG_PORT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     state: NodeState
@@ -208,7 +209,8 @@ class NodeInfo(_message.Message):
     hostname: str
     pid: int
     connected: bool
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., resources: _Optional[_Mapping[str, float]] = ..., available: _Optional[_Mapping[str, float]] = ..., slots: _Optional[int] = ..., actors: _Optional[_Iterable[str]] = ..., failures: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ..., epoch: _Optional[int] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+    log_port: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., resources: _Optional[_Mapping[str, float]] = ..., available: _Optional[_Mapping[str, float]] = ..., slots: _Optional[int] = ..., actors: _Optional[_Iterable[str]] = ..., failures: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ..., epoch: _Optional[int] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ..., connected: _Optional[bool] = ..., log_port: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("seq", "type", "actor", "node_id", "incarnation", "at", "message")
@@ -247,7 +249,7 @@ class RunningActor(_message.Message):
     def __init__(self, spec: _Optional[_Union[ActorSpec, _Mapping]] = ..., incarnation: _Optional[int] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., node_epoch: _Optional[int] = ..., restarts: _Optional[int] = ..., local_until: _Optional[int] = ...) -> None: ...
 
 class RegisterNodeRequest(_message.Message):
-    __slots__ = ("node_id", "session_id", "address", "resources", "slots", "running", "hostname", "pid", "version", "previous_epoch")
+    __slots__ = ("node_id", "session_id", "address", "resources", "slots", "running", "hostname", "pid", "version", "previous_epoch", "log_port")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +267,7 @@ class RegisterNodeRequest(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_PORT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     session_id: str
     address: str
@@ -275,7 +278,8 @@ class RegisterNodeRequest(_message.Message):
     pid: int
     version: str
     previous_epoch: int
-    def __init__(self, node_id: _Optional[str] = ..., session_id: _Optional[str] = ..., address: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., slots: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningActor, _Mapping]]] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., previous_epoch: _Optional[int] = ...) -> None: ...
+    log_port: int
+    def __init__(self, node_id: _Optional[str] = ..., session_id: _Optional[str] = ..., address: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., slots: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningActor, _Mapping]]] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., previous_epoch: _Optional[int] = ..., log_port: _Optional[int] = ...) -> None: ...
 
 class StopActor(_message.Message):
     __slots__ = ("name", "incarnation", "reason", "fenced", "drain")
@@ -778,3 +782,23 @@ class PingReply(_message.Message):
     calls_in_flight: int
     uptime_s: float
     def __init__(self, name: _Optional[str] = ..., incarnation: _Optional[int] = ..., pid: _Optional[int] = ..., calls_in_flight: _Optional[int] = ..., uptime_s: _Optional[float] = ...) -> None: ...
+
+class ReadLogRequest(_message.Message):
+    __slots__ = ("name", "tail_lines", "follow", "max_seconds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tail_lines: int
+    follow: bool
+    max_seconds: float
+    def __init__(self, name: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., max_seconds: _Optional[float] = ...) -> None: ...
+
+class LogChunk(_message.Message):
+    __slots__ = ("data", "rotated")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ROTATED_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    rotated: bool
+    def __init__(self, data: _Optional[bytes] = ..., rotated: _Optional[bool] = ...) -> None: ...

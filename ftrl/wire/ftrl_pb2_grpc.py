@@ -1164,3 +1164,78 @@ class Actor:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class WorkerStub:
+    """Served by each worker on its advertised address (port in NodeInfo.log_port).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ReadLog = channel.unary_stream(
+                '/ftrl.v1.Worker/ReadLog',
+                request_serializer=ftrl_dot_wire_dot_ftrl__pb2.ReadLogRequest.SerializeToString,
+                response_deserializer=ftrl_dot_wire_dot_ftrl__pb2.LogChunk.FromString,
+                _registered_method=True)
+
+
+class WorkerServicer:
+    """Served by each worker on its advertised address (port in NodeInfo.log_port).
+    """
+
+    def ReadLog(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_WorkerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ReadLog': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadLog,
+                    request_deserializer=ftrl_dot_wire_dot_ftrl__pb2.ReadLogRequest.FromString,
+                    response_serializer=ftrl_dot_wire_dot_ftrl__pb2.LogChunk.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ftrl.v1.Worker', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ftrl.v1.Worker', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Worker:
+    """Served by each worker on its advertised address (port in NodeInfo.log_port).
+    """
+
+    @staticmethod
+    def ReadLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ftrl.v1.Worker/ReadLog',
+            ftrl_dot_wire_dot_ftrl__pb2.ReadLogRequest.SerializeToString,
+            ftrl_dot_wire_dot_ftrl__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -49,6 +49,7 @@ from ftrl.util.restart_policy import RestartPolicy
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.errors import (
+    ActorUnavailableError,
     AlreadyExistsError,
     ConfigError,
     FailedPreconditionError,
@@ -60,6 +61,7 @@ from ftrl.wire.errors import (
 from ftrl.wire.grpcopts import channel_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, check_name
 from ftrl.wire.security import Security, discover_token, is_loopback, secure_channel
+from ftrl.worker.logs import LogServicer, log_file
 from ftrl.worker.processes import ActorProcess, SparePool
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,9 @@ class WorkerOptions:
     log_dir: str | None = None
     log_level: str = "INFO"
     drain_timeout_s: float = 60.0  # SIGTERM: drain for at most this long, then stop at once
+    connect_timeout_s: float = 120.0  # give up when the first registration fails this long
+    log_max_bytes: int = 50 << 20  # an actor's log is rotated past this size
+    log_backups: int = 3  # rotated files kept per actor
 
 
 @dataclass(eq=False)
@@ -196,6 +201,7 @@ class NodeAgent:
         self._ping_channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.ActorStub]] = {}
         child_env = {**security.to_env(), "FTRL_COORDINATOR": opts.coordinator}
         self.pool = SparePool(opts.spares, opts.preload, self.log_dir, child_env)
+        self.log_port = 0  # set once the log server listens
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -204,6 +210,7 @@ class NodeAgent:
         stop = stop or self._stop
         log.info("worker %s (session %s) starting: coordinator %s, actors on %s, resources %s",
                  self.node_id, self.session_id[:8], self.opts.coordinator, self.address, self.resources)
+        log_server = await self._start_log_server()
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [
@@ -219,8 +226,30 @@ class NodeAgent:
         finally:
             await self._stop_all("worker shutting down")
             await self._channel.close()
+            if log_server is not None:
+                await log_server.stop(0.5)
         if self._fatal is not None:
             raise self._fatal
+
+    async def _start_log_server(self) -> grpc.aio.Server | None:
+        """Serve this node's actor logs (`ftrl logs`) on the advertised address; the port
+        goes to the coordinator at registration. A failure costs `ftrl logs` only."""
+        from ftrl.wire.grpcopts import server_options
+        from ftrl.wire.security import bind
+        from ftrl.wire.strict import add_servicer
+
+        server = grpc.aio.server(options=server_options(MAX_CONTROL_MESSAGE))
+        add_servicer(pb_grpc.add_WorkerServicer_to_server, LogServicer(self.log_dir), server,
+                     token=self.security.token)
+        try:
+            self.log_port = bind(server, f"{self.address}:0", self.security)
+            await server.start()
+        except Exception as e:
+            log.warning("cannot serve actor logs on %s (%s): `ftrl logs` will not reach this node",
+                        self.address, e)
+            self.log_port = 0
+            return None
+        return server
 
     async def _wait_stop(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._stop.wait())]
@@ -323,11 +352,12 @@ class NodeAgent:
     async def _connection_loop(self) -> None:
         backoff = Backoff(base=0.2, cap=2.0, jitter=0.2)
         failures, last_error = 0, ""
+        first_try, registered = time.monotonic(), False
         while True:
             try:
                 reply = await self._register()
                 backoff.reset()
-                failures, last_error = 0, ""
+                failures, last_error, registered = 0, "", True
                 await self._session(reply)
             except (AlreadyExistsError, UnauthenticatedError, PermissionDeniedError,
                     InvalidArgumentError, FailedPreconditionError) as e:
@@ -345,7 +375,19 @@ class NodeAgent:
                 failures += 1
                 err = error_from_rpc(e, "coordinator") if isinstance(e, grpc.RpcError) else e
                 text = f"{type(err).__name__}: {err}"
-                if failures == 1 or failures % 20 == 0 or text != last_error:
+                if not registered:
+                    waited = time.monotonic() - first_try
+                    if waited >= self.opts.connect_timeout_s:
+                        self._fatal = ActorUnavailableError(
+                            f"could not join the coordinator at {self.opts.coordinator} in "
+                            f"{waited:.0f}s (--connect-timeout): {str(err).removeprefix('coordinator unreachable: ')}")
+                        self._stop.set()
+                        return
+                    if failures == 1 or failures % 20 == 0 or text != last_error:
+                        log.warning("cannot reach the coordinator at %s (%s); retrying for %.0fs more",
+                                    self.opts.coordinator, str(err).removeprefix('coordinator unreachable: '),
+                                    self.opts.connect_timeout_s - waited)
+                elif failures == 1 or failures % 20 == 0 or text != last_error:
                     log.warning("coordinator link down (%s); keeping %d actors running, retrying",
                                 text, len(self.actors))
                 last_error = text
@@ -370,7 +412,7 @@ class NodeAgent:
             node_id=self.node_id, session_id=self.session_id, address=self.address,
             resources=self.resources, slots=self.slots, running=self._running(),
             hostname=socket.gethostname(), pid=os.getpid(), version=__version__,
-            previous_epoch=self.epoch,
+            previous_epoch=self.epoch, log_port=self.log_port,
         )
         try:
             reply = await self._stub.RegisterNode(req, timeout=REGISTER_TIMEOUT_S, metadata=self._md)
@@ -552,7 +594,7 @@ class NodeAgent:
     # ---------------------------------------------------------------- actor processes
 
     def _log_path(self, name: str) -> Path:
-        return self.log_dir / (name.replace("/", "_") + ".log")
+        return log_file(self.log_dir, name)
 
     async def _run_actor(self, la: LocalActor, delay_s: float = 0.0) -> None:
         """Start one incarnation, report it, and handle its exit."""
@@ -591,6 +633,7 @@ class NodeAgent:
             "restarts": la.restarts, "node_id": self.node_id, "coordinator": self.opts.coordinator,
             "bind_host": self.address, "log_path": str(self._log_path(la.name)), "env": env,
             "log_level": self.opts.log_level, "drain_grace_s": self.opts.drain_timeout_s,
+            "name": la.name, "log_max_bytes": self.opts.log_max_bytes, "log_backups": self.opts.log_backups,
             "security": {k: v for k, v in vars(self.security).items() if v is not None},
         }
         t0 = time.monotonic()

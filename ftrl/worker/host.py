@@ -27,7 +27,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from ftrl.util.runtime import die_with_parent, run_async, setup_logging
@@ -51,15 +53,6 @@ def import_class(class_path: str) -> type:
     if not isinstance(obj, type):
         raise TypeError(f"{class_path!r} is a {type(obj).__name__}, not a class")
     return obj
-
-
-def _redirect_output(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 def _set_title(title: str) -> None:
@@ -95,11 +88,25 @@ def main(argv: list[str] | None = None) -> int:
     except EOFError:
         return 0
     if msg.get("log_path"):
-        _redirect_output(msg["log_path"])
+        from ftrl.worker import logs
+
+        path = Path(msg["log_path"])
+        logs.redirect_output(path)
+        logs.rotate_own_output(path, int(msg.get("log_max_bytes") or logs.DEFAULT_MAX_BYTES),
+                               int(msg.get("log_backups", logs.DEFAULT_BACKUPS)), threading.Event())
+        print(f"---- actor={msg.get('name', '')} incarnation={msg.get('incarnation', 0)} "
+              f"node={msg.get('node_id', '')} pid={os.getpid()} started "
+              f"{time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
     for key, value in (msg.get("env") or {}).items():
         os.environ[key] = value
     setup_logging(msg.get("log_level", "INFO"), "ftrl-actor")
-    return run_async(_serve(msg, args.ctl_in, args.ctl_out))
+    code = run_async(_serve(msg, args.ctl_in, args.ctl_out))
+    # Exit now: a call still running in a user thread (a driver's training loop after its
+    # drain) must not hold the process; interpreter exit would join every call thread.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:

@@ -1,0 +1,140 @@
+"""`ftrl logs`: read actor log files from the workers that hold them.
+
+The coordinator says where an actor runs (or ran); that node's worker serves the file
+(`Worker.ReadLog`, see ftrl.worker.logs). A job's logs are those of every actor named
+`JOB/...`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire import ftrl_pb2_grpc as pb_grpc
+from ftrl.wire.errors import ActorUnavailableError, NotFoundError, error_from_rpc
+from ftrl.wire.grpcopts import channel_options
+from ftrl.wire.security import secure_channel
+
+if TYPE_CHECKING:
+    from ftrl.client.aio import AsyncClient
+
+READ_TIMEOUT_S = 30.0  # a tail (no follow) must come back within this
+MAX_LINE = 64 << 10  # a longer line is cut (the rest follows as another line)
+
+
+async def _targets(client: AsyncClient, target: str) -> list[dict[str, Any]]:
+    """The actor named `target`, else the actors of job `target` (names `target/...`)."""
+    try:
+        return [await client.actor(target)]
+    except NotFoundError:
+        pass
+    actors = [a for a in await client.actors(target.rstrip("/") + "/")]
+    if not actors:
+        raise NotFoundError(f"no actor and no job named {target!r} (see `ftrl status`)")
+    return sorted(actors, key=lambda a: a["name"])
+
+
+def _where(actor: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> str:
+    """The log service address of the node that holds `actor`'s log, or raise why not."""
+    node = nodes.get(actor["node_id"]) if actor["node_id"] else None
+    if node is None:
+        raise ActorUnavailableError(
+            f"actor {actor['name']} has never been placed on a node: it has no log yet"
+            if not actor["node_id"] else
+            f"actor {actor['name']} ran on node {actor['node_id']}, which the coordinator no longer knows")
+    if node["state"] == "LOST" or not node["log_address"]:
+        why = "is LOST" if node["state"] == "LOST" else "does not serve logs"
+        raise ActorUnavailableError(
+            f"actor {actor['name']}'s log is on node {actor['node_id']} "
+            f"({node['hostname'] or node['address']}), which {why}; read it on that machine "
+            "in the worker's --log-dir")
+    return node["log_address"]
+
+
+async def _read_one(client: AsyncClient, name: str, address: str, tail: int, follow: bool,
+                    out: asyncio.Queue) -> None:
+    """Stream one actor's log into `out` as (name, line) items."""
+    opts = [o for o in channel_options(1 << 20)]
+    channel = secure_channel(address, client.security, opts)
+    pending = b""
+    try:
+        stub = pb_grpc.WorkerStub(channel)
+        call = stub.ReadLog(pb.ReadLogRequest(name=name, tail_lines=tail, follow=follow),
+                            metadata=client._md, timeout=None if follow else READ_TIMEOUT_S)
+        try:
+            async for chunk in call:
+                if chunk.rotated and pending:
+                    await out.put((name, pending.decode("utf-8", "replace")))
+                    pending = b""
+                pending += chunk.data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    await out.put((name, line.decode("utf-8", "replace")))
+                while len(pending) > MAX_LINE:
+                    await out.put((name, pending[:MAX_LINE].decode("utf-8", "replace")))
+                    pending = pending[MAX_LINE:]
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, f"worker at {address} (log of {name})") from None
+        if pending:
+            await out.put((name, pending.decode("utf-8", "replace")))
+    finally:
+        await channel.close()
+
+
+async def read_logs(client: AsyncClient, target: str, tail: int = 100,
+                    follow: bool = False) -> AsyncIterator[tuple[str, str]]:
+    """Yield (actor name, line) from the log of actor `target`, or of every actor of job
+    `target`: the last `tail` lines of each, then (follow) new lines as they come."""
+    actors = await _targets(client, target)
+    nodes = {n["node_id"]: n for n in await client.nodes()}
+    if len(actors) == 1 and actors[0]["name"] == target:
+        sources = [(actors[0]["name"], _where(actors[0], nodes))]
+    else:
+        sources = []
+        for actor in actors:
+            try:
+                sources.append((actor["name"], _where(actor, nodes)))
+            except ActorUnavailableError as e:
+                yield actor["name"], f"(no log: {e})"
+    out: asyncio.Queue = asyncio.Queue(10_000)
+    if not follow:  # one actor after another, each whole
+        for name, address in sources:
+            task = asyncio.ensure_future(_read_one(client, name, address, tail, False, out))
+            try:
+                while not (task.done() and out.empty()):
+                    getter = asyncio.ensure_future(out.get())
+                    await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                    if getter.done():
+                        yield getter.result()
+                    else:
+                        getter.cancel()
+                task.result()
+            finally:
+                task.cancel()
+        return
+    tasks = {asyncio.ensure_future(_read_one(client, n, a, tail, True, out)): n for n, a in sources}
+    try:
+        while tasks or not out.empty():
+            getter = asyncio.ensure_future(out.get())
+            await asyncio.wait({getter, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+            for task in [t for t in tasks if t.done()]:
+                name = tasks.pop(task)
+                if task.cancelled() or task.exception() is None:
+                    continue
+                if len(sources) == 1:
+                    raise task.exception()
+                yield name, f"(log stream ended: {task.exception()})"
+    finally:
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*tasks, return_exceptions=True)
