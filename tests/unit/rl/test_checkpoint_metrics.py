@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -84,3 +85,40 @@ def test_metrics_log_appends_and_truncates(tmp_path):
 
 def test_json_safe():
     assert json_safe({"a": [math.inf, np.int64(3)], "b": np.array([1.0, math.nan])}) == {"a": [None, 3], "b": [1.0, None]}
+
+
+def test_a_kill_during_checkpoint_writes_leaves_whole_checkpoints_or_none(tmp_path):
+    """SIGKILL (what follows scancel's SIGTERM after KillWait) at random moments of a
+    process writing 8 MB checkpoints back to back: every checkpoint file left decodes,
+    and the newest one is the last save that returned."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from ftrl.rl.checkpoint import CheckpointManager
+        mgr = CheckpointManager({str(tmp_path / "checkpoints")!r}, keep=2)
+        blob = np.random.default_rng(0).standard_normal(1 << 20)  # 8 MB
+        for i in range(1, 10_000):
+            mgr.save(i, {{"iteration": i, "weights": blob}})
+            print(i, flush=True)
+    """)
+    rng = random.Random(7)
+    for _ in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # the first save is done: the process is in its loop
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.send_signal(signal.SIGKILL)
+        done = [int(line) for line in proc.stdout.read().split()]
+        proc.wait(10)
+        mgr = CheckpointManager(tmp_path / "checkpoints", keep=2)
+        for _, path in mgr.list():
+            decode_checkpoint(path.read_bytes())  # whole, or it would not be listed
+        state, _ = mgr.load_latest()
+        assert state["iteration"] >= max(done, default=1)
+        shutil.rmtree(tmp_path / "checkpoints")
