@@ -435,6 +435,12 @@ class EnvRunner:
 
     # ------------------------------------------------------------------ public API
 
+    def __ftrl_drain__(self) -> str:
+        """The node drains (pre-emption, scancel, systemctl stop): calls run one at a
+        time, so this returns once the sample in flight has been answered, and the
+        driver's iteration can finish (and checkpoint) instead of losing the fragment."""
+        return "the sample in flight was answered"
+
     def sample(self, explore: bool | None = None) -> dict[str, Any]:
         """Step every sub-env `rollout_fragment_length` times.
 

@@ -69,7 +69,7 @@ def test_sigkilled_env_runners_do_not_stop_learning(make_cluster, tmp_path):
     killer = Killer(client, "chaos", every_s=1.5)
     killer.start()
     try:
-        summary = algo.run(StopCriteria(stop_reward=475.0, stop_timesteps=250_000))
+        summary = algo.run(StopCriteria(stop_reward=475.0, stop_timesteps=400_000))
     finally:
         killer.stop_event.set()
         killer.join()
