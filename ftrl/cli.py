@@ -370,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client_command(name: str, help_text: str, fn, parent=sub) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_text, description=help_text)
+        _add_verbose(p)
         p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
         _add_security(p)
         p.set_defaults(fn=fn)

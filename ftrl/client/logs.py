@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ftrl.client.aio import AsyncClient
 
 READ_TIMEOUT_S = 30.0  # a tail (no follow) must come back within this
+FOLLOW_TIMEOUT_S = 24 * 3600.0 + 60.0  # the worker ends a follow after 24 h; this bounds it too
 MAX_LINE = 64 << 10  # a longer line is cut (the rest follows as another line)
 
 
@@ -42,11 +43,18 @@ async def _targets(client: AsyncClient, target: str) -> list[dict[str, Any]]:
 def _where(actor: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> str:
     """The log service address of the node that holds `actor`'s log, or raise why not."""
     node = nodes.get(actor["node_id"]) if actor["node_id"] else None
+    if node is None and not actor["node_id"]:
+        last = (actor.get("death_reason") or "").split("\n", 1)[0]
+        if not last:
+            raise ActorUnavailableError(f"actor {actor['name']} ({actor['state']}) has not been "
+                                        "placed on a node yet: it has no log")
+        raise ActorUnavailableError(
+            f"actor {actor['name']} ({actor['state']}) is on no node now (last: {last}); the log "
+            "of its earlier incarnations stays in the --log-dir of the node it ran on")
     if node is None:
         raise ActorUnavailableError(
-            f"actor {actor['name']} has never been placed on a node: it has no log yet"
-            if not actor["node_id"] else
-            f"actor {actor['name']} ran on node {actor['node_id']}, which the coordinator no longer knows")
+            f"actor {actor['name']} ran on node {actor['node_id']}, which the coordinator no "
+            "longer knows; its log is in that node's worker --log-dir")
     if node["state"] == "LOST" or not node["log_address"]:
         why = "is LOST" if node["state"] == "LOST" else "does not serve logs"
         raise ActorUnavailableError(
@@ -65,7 +73,7 @@ async def _read_one(client: AsyncClient, name: str, address: str, tail: int, fol
     try:
         stub = pb_grpc.WorkerStub(channel)
         call = stub.ReadLog(pb.ReadLogRequest(name=name, tail_lines=tail, follow=follow),
-                            metadata=client._md, timeout=None if follow else READ_TIMEOUT_S)
+                            metadata=client._md, timeout=FOLLOW_TIMEOUT_S if follow else READ_TIMEOUT_S)
         try:
             async for chunk in call:
                 if chunk.rotated and pending:
@@ -101,40 +109,45 @@ async def read_logs(client: AsyncClient, target: str, tail: int = 100,
                 sources.append((actor["name"], _where(actor, nodes)))
             except ActorUnavailableError as e:
                 yield actor["name"], f"(no log: {e})"
+    single = len(actors) == 1 and actors[0]["name"] == target
+    # without follow, one actor after another, each whole; with it, all at once
+    for group in ([dict([s]) for s in sources] if not follow else [dict(sources)]):
+        async with contextlib.aclosing(_pump(group, client, tail, follow, single)) as items:
+            async for item in items:
+                yield item
+
+
+async def _pump(sources: dict[str, str], client: AsyncClient, tail: int, follow: bool,
+                single: bool) -> AsyncIterator[tuple[str, str]]:
+    """Read the logs of `sources` (name -> worker address) at once, yielding (name, line)
+    as they come. A failed read raises for a single actor, else becomes a line saying so.
+    Closing this generator (Ctrl-C) cancels and waits for every read, bounded."""
     out: asyncio.Queue = asyncio.Queue(10_000)
-    if not follow:  # one actor after another, each whole
-        for name, address in sources:
-            task = asyncio.ensure_future(_read_one(client, name, address, tail, False, out))
-            try:
-                while not (task.done() and out.empty()):
-                    getter = asyncio.ensure_future(out.get())
-                    await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                    if getter.done():
-                        yield getter.result()
-                    else:
-                        getter.cancel()
-                task.result()
-            finally:
-                task.cancel()
-        return
-    tasks = {asyncio.ensure_future(_read_one(client, n, a, tail, True, out)): n for n, a in sources}
+    tasks = {asyncio.ensure_future(_read_one(client, n, a, tail, follow, out)): n
+             for n, a in sources.items()}
+    getter: asyncio.Future | None = None
     try:
         while tasks or not out.empty():
-            getter = asyncio.ensure_future(out.get())
+            if getter is None:
+                getter = asyncio.ensure_future(out.get())
             await asyncio.wait({getter, *tasks}, return_when=asyncio.FIRST_COMPLETED)
             if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
+                item, getter = getter.result(), None
+                yield item
+                continue
             for task in [t for t in tasks if t.done()]:
                 name = tasks.pop(task)
-                if task.cancelled() or task.exception() is None:
+                error = None if task.cancelled() else task.exception()
+                if error is None:
                     continue
-                if len(sources) == 1:
-                    raise task.exception()
-                yield name, f"(log stream ended: {task.exception()})"
+                if single:
+                    raise error
+                yield name, f"(log {'stream ended' if follow else 'not read'}: {error})"
     finally:
+        if getter is not None:
+            getter.cancel()
         for task in tasks:
             task.cancel()
         with contextlib.suppress(BaseException):
-            await asyncio.gather(*tasks, return_exceptions=True)
+            async with asyncio.timeout(5.0):
+                await asyncio.gather(*tasks, *([getter] if getter else []), return_exceptions=True)

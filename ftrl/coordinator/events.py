@@ -8,29 +8,36 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from ftrl.util.logfmt import actor_fields, kv
 from ftrl.wire import ftrl_pb2 as pb
 
 #: One line per event, key=value (`grep event=ACTOR_RESTARTED`, or a log shipper's parser).
 event_log = logging.getLogger("ftrl.events")
 
+_NODE_OR_JOB = (pb.EVENT_JOB, pb.EVENT_NODE_LOST, pb.EVENT_NODE_JOINED, pb.EVENT_NODE_EXCLUDED,
+                pb.EVENT_NODE_DRAINING, pb.EVENT_NODE_READMITTED)
+
+
+def event_kind(type_: int) -> str:
+    """The event's name in log lines: ACTOR_RESTARTED, NODE_LOST, JOB..."""
+    name = pb.EventType.Name(type_).removeprefix("EVENT_")
+    return name if type_ in _NODE_OR_JOB else f"ACTOR_{name}"
+
 
 def event_line(event: pb.Event) -> str:
-    """The event as one structured line: event, node, actor, incarnation, job, message."""
-    kind = pb.EventType.Name(event.type).removeprefix("EVENT_")
-    job = event.actor if event.type == pb.EVENT_JOB else event.actor.partition("/")[0] if "/" in event.actor else ""
-    fields = [f"event={kind}"]
-    if event.node_id:
-        fields.append(f"node={event.node_id}")
-    if event.actor and event.type != pb.EVENT_JOB:
-        fields.append(f"actor={event.actor}")
-    if event.incarnation:
-        fields.append(f"incarnation={event.incarnation}")
-    if job:
-        fields.append(f"job={job}")
-    if event.message:
-        text = event.message.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        fields.append(f'message="{text[:500]}"')
-    return " ".join(fields)
+    """The event as one key=value line: event, node, actor, incarnation, job (the actor
+    name's prefix before its first `/`, or the job id of a job event), stage (job events),
+    reason (the message's first line, quoted)."""
+    reason = event.message.split("\n", 1)[0]
+    if event.type == pb.EVENT_JOB:
+        stage, sep, rest = reason.partition(": ")
+        if not sep and reason.isupper():
+            stage, rest = reason, ""
+        elif not (sep and stage.isupper()):
+            stage, rest = "", reason
+        return kv(event="JOB", job=event.actor, stage=stage, reason=rest)
+    return kv(event=event_kind(event.type), **actor_fields(event.node_id, event.actor, event.incarnation),
+              reason=reason)
 
 
 RETAINED_EVENTS = 10_000

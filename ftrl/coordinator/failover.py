@@ -36,11 +36,12 @@ class Failover:
 
     def _set_alive(self, rec: ActorRecord) -> None:
         restarted = rec.restarts > 0 or rec.incarnation > 1
+        why = rec.death_reason.split("\n", 1)[0] if restarted else ""  # what the restart followed
         rec.started_at = self.clock()
         rec.death_reason = ""
         rec.ever_alive = True
         rec.set_state(ActorState.ALIVE)
-        self._emit(E.EVENT_RESTARTED if restarted else E.EVENT_ALIVE, rec)
+        self._emit(E.EVENT_RESTARTED if restarted else E.EVENT_ALIVE, rec, message=why)
 
     def _has_restarts_left(self, rec: ActorRecord) -> bool:
         return self.policy.has_budget(rec.restarts, rec.spec.max_restarts)

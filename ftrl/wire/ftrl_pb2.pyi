@@ -784,21 +784,25 @@ class PingReply(_message.Message):
     def __init__(self, name: _Optional[str] = ..., incarnation: _Optional[int] = ..., pid: _Optional[int] = ..., calls_in_flight: _Optional[int] = ..., uptime_s: _Optional[float] = ...) -> None: ...
 
 class ReadLogRequest(_message.Message):
-    __slots__ = ("name", "tail_lines", "follow", "max_seconds")
+    __slots__ = ("name", "tail_lines", "follow", "max_seconds", "offset")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     name: str
     tail_lines: int
     follow: bool
     max_seconds: float
-    def __init__(self, name: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., max_seconds: _Optional[float] = ...) -> None: ...
+    offset: int
+    def __init__(self, name: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., max_seconds: _Optional[float] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class LogChunk(_message.Message):
-    __slots__ = ("data", "rotated")
+    __slots__ = ("data", "rotated", "offset")
     DATA_FIELD_NUMBER: _ClassVar[int]
     ROTATED_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     rotated: bool
-    def __init__(self, data: _Optional[bytes] = ..., rotated: _Optional[bool] = ...) -> None: ...
+    offset: int
+    def __init__(self, data: _Optional[bytes] = ..., rotated: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...

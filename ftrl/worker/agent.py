@@ -45,6 +45,7 @@ import grpc
 
 from ftrl import __version__
 from ftrl.util.backoff import Backoff
+from ftrl.util.logfmt import actor_fields, kv
 from ftrl.util.restart_policy import RestartPolicy
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
@@ -61,7 +62,7 @@ from ftrl.wire.errors import (
 from ftrl.wire.grpcopts import channel_options
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE, check_name
 from ftrl.wire.security import Security, discover_token, is_loopback, secure_channel
-from ftrl.worker.logs import LogServicer, log_file
+from ftrl.worker.logs import log_file, start_log_server
 from ftrl.worker.processes import ActorProcess, SparePool
 
 log = logging.getLogger(__name__)
@@ -234,16 +235,8 @@ class NodeAgent:
     async def _start_log_server(self) -> grpc.aio.Server | None:
         """Serve this node's actor logs (`ftrl logs`) on the advertised address; the port
         goes to the coordinator at registration. A failure costs `ftrl logs` only."""
-        from ftrl.wire.grpcopts import server_options
-        from ftrl.wire.security import bind
-        from ftrl.wire.strict import add_servicer
-
-        server = grpc.aio.server(options=server_options(MAX_CONTROL_MESSAGE))
-        add_servicer(pb_grpc.add_WorkerServicer_to_server, LogServicer(self.log_dir), server,
-                     token=self.security.token)
         try:
-            self.log_port = bind(server, f"{self.address}:0", self.security)
-            await server.start()
+            server, self.log_port = await start_log_server(self.log_dir, self.address, self.security)
         except Exception as e:
             log.warning("cannot serve actor logs on %s (%s): `ftrl logs` will not reach this node",
                         self.address, e)
@@ -596,6 +589,11 @@ class NodeAgent:
     def _log_path(self, name: str) -> Path:
         return log_file(self.log_dir, name)
 
+    def _kv(self, event: str, la: LocalActor, incarnation: int | None = None, **more: object) -> str:
+        """One key=value line about an incarnation of `la` (as the coordinator's events)."""
+        fields = actor_fields(self.node_id, la.name, la.incarnation if incarnation is None else incarnation)
+        return kv(event=event, **fields, **more)
+
     async def _run_actor(self, la: LocalActor, delay_s: float = 0.0) -> None:
         """Start one incarnation, report it, and handle its exit."""
         try:
@@ -672,8 +670,8 @@ class NodeAgent:
         la.port = int(msg["port"])
         la.state = "alive"
         la.started_at = la.last_pong = time.monotonic()
-        log.info("actor %s incarnation %d alive (pid %d, port %d, %.3fs)", la.name, la.incarnation,
-                 host.pid, la.port, time.monotonic() - t0)
+        log.info("%s", self._kv("ACTOR_STARTED", la, pid=host.pid, port=la.port,
+                                start_s=round(time.monotonic() - t0, 3)))
         self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STARTED,
                      pid=host.pid, address=f"{self.address}:{la.port}")
         return None
@@ -703,8 +701,7 @@ class NodeAgent:
         return ",".join(map(str, la.gpu_ids))
 
     def _start_failed(self, la: LocalActor, error_type: str, message: str, tb: str = "") -> None:
-        log.warning("actor %s incarnation %d failed to start: %s: %s", la.name, la.incarnation,
-                    error_type, message)
+        log.warning("%s", self._kv("ACTOR_START_FAILED", la, error=error_type, reason=message))
         self._forget(la)
         self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_START_FAILED,
                      error_type=error_type, reason=f"{error_type}: {message}"[:4000])
@@ -719,8 +716,8 @@ class NodeAgent:
         if self.draining and code == 0:
             # ended on its own while the node drains (a SIGTERM to the whole process group
             # or cgroup, as systemd and SLURM send): drained, not a crash
-            log.info("actor %s incarnation %d drained on its own (exited with code 0)", la.name,
-                     la.incarnation)
+            log.info("%s", self._kv("ACTOR_EXITED", la, restart="no", reason="drained on its own "
+                                    "(exited with code 0)"))
             self._forget(la)
             self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
                          reason=f"drained: exited with code 0 while its node drains ({self.draining})")
@@ -738,15 +735,15 @@ class NodeAgent:
             la.host = None
             self._release_gpus(la)
             delay = policy.delay(la.crash_streak)
-            log.warning("actor %s incarnation %d %s; restarting in place as incarnation %d%s",
-                        la.name, old, reason, la.incarnation, f" in {delay:.2f}s" if delay else "")
+            log.warning("%s", self._kv("ACTOR_EXITED", la, old, restart="in_place",
+                                       next_incarnation=la.incarnation, delay_s=round(delay, 2) or None,
+                                       reason=reason))
             la.task = self._spawn(self._run_actor(la, delay))
         else:
             why_not = ("no restarts left" if not has_budget else
                        "no local incarnations left" if not in_range else
                        "the node drains" if self.draining else "no coordinator lease")
-            log.warning("actor %s incarnation %d %s; not restarting locally (%s)", la.name,
-                        la.incarnation, reason, why_not)
+            log.warning("%s", self._kv("ACTOR_EXITED", la, restart="no", why=why_not, reason=reason))
             self._forget(la)
             self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_EXITED,
                          exit_code=code or 0, reason=details[:4000])
@@ -775,8 +772,8 @@ class NodeAgent:
                 raise  # the loop itself is being stopped
         if la.state == "alive" and time.monotonic() - la.last_pong > self.opts.actor_hang_timeout_s:
             la.hung = True
-            log.warning("actor %s incarnation %d did not answer pings for %.1fs: killing it",
-                        la.name, la.incarnation, time.monotonic() - la.last_pong)
+            log.warning("%s", self._kv("ACTOR_HUNG", la, silent_s=round(time.monotonic() - la.last_pong, 1),
+                                       reason="did not answer pings: killing it"))
             self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_HUNG,
                          reason=f"no ping answer for {self.opts.actor_hang_timeout_s:g}s")
             if la.host is not None:

@@ -150,6 +150,11 @@ async def spawn_host(preload: str, log_path: Path, env: dict[str, str]) -> Actor
     return host
 
 
+#: What spare hosts print before an assignment: a name no actor's log can have (an actor
+#: name never starts with "."), so an actor named "spares" gets a file of its own.
+SPARES_LOG = ".spares.log"
+
+
 class SparePool:
     """Keeps `size` warm host processes; hands one out per actor start."""
 
@@ -165,7 +170,7 @@ class SparePool:
 
     async def _spawn(self) -> ActorProcess:
         self._count += 1
-        host = await spawn_host(self.preload, self.log_dir / "spares.log", self.env)
+        host = await spawn_host(self.preload, self.log_dir / SPARES_LOG, self.env)
         host.ready_task = asyncio.get_running_loop().create_task(self._await_ready(host))
         return host
 
@@ -209,7 +214,7 @@ class SparePool:
                         await asyncio.wait_for(asyncio.shield(host.ready), 120)
                         self._backoff.reset()
                     except (TimeoutError, EOFError) as e:
-                        log.warning("spare process failed: %s (see %s)", e, self.log_dir / "spares.log")
+                        log.warning("spare process failed: %s (see %s)", e, self.log_dir / SPARES_LOG)
                         self._spares = deque(h for h in self._spares if h is not host)
                         host.signal(signal.SIGKILL)
                         await asyncio.sleep(self._backoff.next_delay())

@@ -161,7 +161,7 @@ def test_sigterm_to_the_whole_process_group(node, tmp_path):
     assert marker.read_text().split()[:2] == ["e/drainable", "1"]
     assert all(pid_gone(p) for p in pids)
     log = n.worker_log.read_text()
-    assert "restarting in place" not in log and "Traceback" not in log, log
+    assert "restart=in_place" not in log and "Traceback" not in log, log
 
 
 def test_second_sigterm_stops_at_once(node, tmp_path):
