@@ -218,29 +218,19 @@ class Client:
                 retry_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Iterate over the job's metrics rows (see AsyncClient.results)."""
         kwargs = {} if retry_s is None else {"retry_s": retry_s}
-        rows = self._aio.results(job_id, follow, after_iteration, **kwargs)
-        future: concurrent.futures.Future | None = None
-        try:
-            while True:
-                future = self._loop.submit(_next_or_none(rows))
-                row = future.result()
-                future = None
-                if row is None:
-                    return
-                yield row
-        finally:
-            if future is not None:
-                future.cancel()
-            with contextlib.suppress(Exception):
-                self._loop.submit(rows.aclose()).result(5.0)
+        return self._iterate(self._aio.results(job_id, follow, after_iteration, **kwargs))
 
     def logs(self, target: str, tail: int = 100, follow: bool = False) -> Iterator[tuple[str, str]]:
         """(actor, line) from the logs of actor or job `target` (see AsyncClient.logs)."""
-        lines = self._aio.logs(target, tail, follow)
+        return self._iterate(self._aio.logs(target, tail, follow))
+
+    def _iterate(self, items: AsyncIterator[Any]) -> Iterator[Any]:
+        """An async iterator of the client's loop, iterated from this thread; closed
+        (bounded) when the caller stops early or Ctrl-C interrupts a wait."""
         future: concurrent.futures.Future | None = None
         try:
             while True:
-                future = self._loop.submit(_next_or_none(lines))
+                future = self._loop.submit(_next_or_none(items))
                 item = future.result()
                 future = None
                 if item is None:
@@ -250,7 +240,7 @@ class Client:
             if future is not None:
                 future.cancel()
             with contextlib.suppress(Exception):
-                self._loop.submit(lines.aclose()).result(5.0)
+                self._loop.submit(items.aclose()).result(5.0)
 
     def readmit_node(self, node_id: str) -> dict[str, Any]:
         """Take an EXCLUDED node back; returns its record."""
@@ -264,7 +254,7 @@ class Client:
                                               rows, last_checkpoint, reason, timeout))
 
 
-async def _next_or_none(rows: AsyncIterator[dict[str, Any]]) -> dict[str, Any] | None:
+async def _next_or_none(rows: AsyncIterator[Any]) -> Any:
     """The next row, or None at the end (a StopAsyncIteration cannot cross a Future)."""
     try:
         return await rows.__anext__()
