@@ -68,8 +68,12 @@ def test_sigkilled_env_runners_do_not_stop_learning(make_cluster, tmp_path):
     algo = config.build(client=client, output_dir=tmp_path, job_name="chaos")
     killer = Killer(client, "chaos", every_s=1.5)
     killer.start()
+    # Each runner dies every 3 s and its unfinished episodes with it, so under load (CI's
+    # 2 cores running the suite) a 500-step episode may never finish between kills and
+    # a 475 mean is out of reach whatever the learner does: 200 shows learning (random
+    # play scores ~20) and is reached well before the lr schedule anneals to 0 at 100k.
     try:
-        summary = algo.run(StopCriteria(stop_reward=475.0, stop_timesteps=400_000))
+        summary = algo.run(StopCriteria(stop_reward=200.0, stop_timesteps=150_000))
     finally:
         killer.stop_event.set()
         killer.join()
