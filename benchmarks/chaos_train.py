@@ -30,7 +30,7 @@ def runner_pids(client, job: str) -> dict[str, int]:
 
 def run(client, job: str, seed: int, target: float, kill_every: float | None) -> dict:
     config = load_job(REPO / "examples" / "cartpole_ppo.toml").config
-    config.env_runners(num_env_runners=2, rollout_fragment_length=16).debugging(seed=seed)
+    config.env_runners(num_env_runners=2).debugging(seed=seed)
     t0 = time.monotonic()
     algo = config.build(client=client, job_name=job)
     stop = threading.Event()

@@ -57,8 +57,7 @@ def run_seed(config_path: Path, seed: int, num_env_runners: int, target: float, 
     config = job.config
     config.debugging(seed=seed)
     if num_env_runners:
-        frag = max(1, config.get_rollout_fragment_length() // num_env_runners)
-        config.env_runners(num_env_runners=num_env_runners, rollout_fragment_length=frag)
+        config.env_runners(num_env_runners=num_env_runners)
     t0 = time.monotonic()
     algo = config.build()
     t_built = time.monotonic()

@@ -476,6 +476,11 @@ class AsyncActorHandle:
     def address(self) -> str:
         return self._info.address if self._info is not None else ""
 
+    @property
+    def restarts(self) -> int:
+        """The runtime's restart count of this actor when this handle last resolved it."""
+        return int(self._info.restarts) if self._info is not None else 0
+
     def __repr__(self) -> str:
         return f"<ActorHandle {self.name} incarnation {self.incarnation}>"
 

@@ -281,6 +281,11 @@ class ActorHandle:
     def address(self) -> str:
         return self._h.address
 
+    @property
+    def restarts(self) -> int:
+        """The runtime's restart count of this actor when this handle last resolved it."""
+        return self._h.restarts
+
     def __repr__(self) -> str:
         return f"<ActorHandle {self.name} incarnation {self.incarnation}>"
 

@@ -42,6 +42,7 @@ class ActorSlot:
     incarnation: int = 0
     consecutive_failures: int = 0
     restarts: int = 0
+    runtime_restarts: int = 0  # the runtime's restart count of the actor, as last adopted
     last_error: str = ""
 
 
@@ -98,6 +99,7 @@ class ActorGroup:
         # StaleIncarnationError until the owner decided to adopt it (`wait_alive`).
         slot.handle = handle.options(strict=True)
         slot.incarnation = getattr(slot.handle, "incarnation", 0)
+        slot.runtime_restarts = getattr(slot.handle, "restarts", 0)
 
     def ensure_pool(self, size: int) -> None:
         """Room for `size` background calls at once (a group that grew): a bigger pool

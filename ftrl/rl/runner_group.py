@@ -20,9 +20,11 @@ Policy (RLlib's option names and meaning):
   a row (no successful sample in between), or that many waits with no healthy runner
   at all, raises `EnvRunnerFailureError`.
 
-Sampling is in rounds: every healthy, synced, idle runner gets one `sample()`; the
-round ends when enough env steps arrived or `sample_timeout_s` passed. Requests not
-back by then stay in flight and are counted as late; a fragment sampled with weights
+Sampling is in synchronous rounds: every healthy, synced, idle runner gets one
+`sample()` and the round waits for all of them (their steps may add up to more than
+asked: the target is a minimum, as in RLlib, so a calm run drops nothing); it ends
+early only at `sample_timeout_s`. Requests not back by then stay in flight and are
+counted as late; a fragment sampled with weights
 more than `max_weights_lag` versions behind the current ones (0: any older version)
 is dropped and counted (never used silently, never lost silently). Every fragment
 carries the weights version it was sampled with.
@@ -224,13 +226,15 @@ class EnvRunnerGroup(ActorGroup):
                 errors.append(f"{slot.name}: {describe_error(e)}")
         for slot in retry:
             try:
-                incarnation, version, _ = self._recover(slot, soft=False)
+                incarnation, runtime_restarts, version, _ = self._recover(slot, soft=False)
             except FtrlError as e:
                 errors.append(f"{slot.name}: {describe_error(e)}")
                 slot.last_error = describe_error(e)
                 continue
             if incarnation != slot.incarnation:
-                self.num_env_runner_restarts += 1
+                restarted = max(1, runtime_restarts - slot.runtime_restarts)
+                self.num_env_runner_restarts += restarted
+                slot.runtime_restarts += restarted
             slot.incarnation, slot.synced_version, slot.state = incarnation, version, "healthy"
         if errors and validate:
             raise EnvRunnerFailureError(
@@ -331,9 +335,10 @@ class EnvRunnerGroup(ActorGroup):
         soft = isinstance(error, ActorError)
         slot.recovery = self._pool.submit(self._recover, slot, soft)
 
-    def _recover(self, slot: RunnerSlot, soft: bool) -> tuple[int, int, bool]:
-        """Background: bring `slot` back, synced. Returns (incarnation, weights version,
-        whether its envs were rebuilt in place)."""
+    def _recover(self, slot: RunnerSlot, soft: bool) -> tuple[int, int, int, bool]:
+        """Background: bring `slot` back, synced. Returns (incarnation, the runtime's
+        restart count of the actor, weights version, whether its envs were rebuilt in
+        place)."""
         if slot.handle is None:
             if slot.state == "retired":
                 raise ActorDiedError(f"{slot.name} was scaled down")
@@ -360,7 +365,7 @@ class EnvRunnerGroup(ActorGroup):
         version, weights, filter_state = self._latest
         if weights is not None:
             probe.call("set_weights", version, weights, filter_state)
-        return incarnation, version, soft
+        return incarnation, getattr(handle, "restarts", 0), version, soft
 
     def poll_recoveries(self) -> None:
         """Adopt runners whose recovery finished; retry or give up on failed ones."""
@@ -370,12 +375,17 @@ class EnvRunnerGroup(ActorGroup):
                 continue
             slot.recovery = None
             try:
-                incarnation, version, soft = fut.result()
+                incarnation, runtime_restarts, version, soft = fut.result()
             except FtrlError as e:
                 self._on_failure(slot, e, "recovery")
                 continue
             if incarnation != slot.incarnation:  # a joiner's create set its incarnation: no restart
-                self.num_env_runner_restarts += max(1, incarnation - slot.incarnation)
+                # the runtime's count, not the incarnation jump: an actor moved to another
+                # node jumps by a whole local-restart range (several restarts may also have
+                # happened while it was away: count them all)
+                restarted = max(1, runtime_restarts - slot.runtime_restarts)
+                self.num_env_runner_restarts += restarted
+                slot.runtime_restarts += restarted
                 slot.restarts += 1
             elif soft:
                 self.num_env_runner_restarts += 1  # soft restart: envs rebuilt in place
@@ -585,9 +595,12 @@ class EnvRunnerGroup(ActorGroup):
         return steps if fresh else 0
 
     def sample(self, min_env_steps: int, current_version: int | None = None, method: str = "sample", **kwargs: Any) -> SampleRound:
-        """One round: request from every healthy, synced, idle runner; return when
-        `min_env_steps` usable steps arrived or the sample timeout passed. Late
-        requests stay in flight and are collected (and counted) in later rounds."""
+        """One synchronous round: request from every healthy, synced, idle runner and wait
+        for every request of the round (as RLlib does: the round's steps may exceed
+        `min_env_steps`, which is a minimum, so a calm run drops nothing). Returns when
+        all came back or failed, or when the sample timeout passed; requests not back by
+        then are late, stay in flight and are collected (used if still fresh, else
+        dropped and counted) in later rounds."""
         current = self.latest_version if current_version is None else current_version
         deadline = time.monotonic() + self.sample_timeout
         results: list[dict[str, Any]] = []
@@ -612,14 +625,14 @@ class EnvRunnerGroup(ActorGroup):
                 slot.inflight_version = current
                 slot.inflight_late = False
                 slot.inflight_kind = method
-        while used < min_env_steps:
-            # wait on every request in flight, late ones included: a late fragment that
-            # comes back before the weights change is still usable
-            waiting = [s for s in self.slots if s.inflight is not None]
-            if not waiting:
-                break
+        while True:
+            # every request of this round; with too few steps so far, late ones too (a
+            # late fragment that comes back before the weights change is still usable)
+            waiting = [s for s in self.slots if s.inflight is not None and not s.inflight_late]
+            if used < min_env_steps:
+                waiting = [s for s in self.slots if s.inflight is not None]
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not waiting or remaining <= 0:
                 break
             done, _ = cf.wait([s.inflight for s in waiting], timeout=remaining, return_when=cf.FIRST_COMPLETED)
             for slot in waiting:
@@ -629,8 +642,6 @@ class EnvRunnerGroup(ActorGroup):
             if slot.inflight is not None and not slot.inflight_late:
                 if slot.inflight.done():
                     used += self._collect(slot, results, current)
-                elif used >= min_env_steps and time.monotonic() < deadline:
-                    pass  # still running; picked up next round
                 else:
                     slot.inflight_late = True
                     self.num_samples_late += 1

@@ -25,7 +25,7 @@ def _tuned(num_env_runners: int = 0, seed: int = 0) -> PPOConfig:
     config = load_job(CARTPOLE_JOB).config
     config.debugging(seed=seed)
     if num_env_runners:
-        config.env_runners(num_env_runners=num_env_runners, rollout_fragment_length=32 // num_env_runners)
+        config.env_runners(num_env_runners=num_env_runners)
     return config
 
 
