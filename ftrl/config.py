@@ -5,6 +5,16 @@
 `reporting`) sets fields of one dataclass section and returns the config, so calls
 chain as in RLlib. Keys use RLlib's names where RLlib has the concept.
 
+One definition per field: each key is one dataclass field written with
+`option(default, "one-line doc", check=...)`. Everything else derives from it: the
+builder method of its section accepts exactly that section's keys (their signature and
+`help()` text are generated from the fields), the TOML tables, `to_dict`/`from_dict`,
+`ftrl train --set KEY=VALUE` (which goes through `update_from_dict`), the type checks
+(from the annotation) and the per-field checks (positive, choices, ...), which run when a
+value is set and again in `validate()`. Only checks across fields (mutually exclusive
+options, minibatch vs batch size, ...) are written in `validate()`.
+`describe()` (or `python -m ftrl.config`) lists every key with its type, default and doc.
+
 Serialized forms:
 - `to_dict()` is flat (`{"env": ..., "num_env_runners": ..., "lr": ...}`) plus
   `"algo"`; every key is unique across sections, so `from_dict` also accepts flat keys.
@@ -14,6 +24,8 @@ Serialized forms:
   (`stop_reward`, `stop_timesteps`, `stop_iters`) read by `load_job`.
 - Unknown keys raise `ConfigError` naming the key and the nearest valid one.
 
+To add a key: add one `option(...)` field to its section dataclass. Nothing else.
+
 This module imports no torch; `build()` imports the RL room lazily.
 """
 
@@ -22,17 +34,157 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
+import inspect
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
+from ftrl.util.imports import import_object
 from ftrl.wire.errors import ConfigError
 
-_NOT_SET: Any = object()
+
+class _Unset:
+    """The default of every builder keyword: "leave this key as it is"."""
+
+    def __repr__(self) -> str:
+        return "<unchanged>"
+
+
+_NOT_SET: Any = _Unset()
+
+#: A per-field check: called as check(name, value) with a value of the field's type
+#: (never None); raises ConfigError.
+Check = Callable[[str, Any], None]
+
+# --------------------------------------------------------------------------- per-field checks
+
+
+def positive_int(name: str, value: Any) -> None:
+    """Check: an int > 0."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{name} must be a positive int, got {value!r}")
+
+
+def non_negative_int(name: str, value: Any) -> None:
+    """Check: an int >= 0."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
+
+
+def positive_float(name: str, value: Any) -> None:
+    """Check: a finite number > 0."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not value > 0
+        or not math.isfinite(value)
+    ):
+        raise ConfigError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def non_negative_float(name: str, value: Any) -> None:
+    """Check: a finite number >= 0."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not value >= 0
+        or not math.isfinite(value)
+    ):
+        raise ConfigError(f"{name} must be >= 0, got {value!r}")
+
+
+def unit_interval(name: str, value: Any) -> None:
+    """Check: a number in [0, 1]."""
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{name} must be in [0, 1], got {value}")
+
+
+def one_of(*choices: str) -> Check:
+    """Check: one of `choices` (an error suggests the nearest)."""
+
+    def check(name: str, value: Any) -> None:
+        if value not in choices:
+            listed = " or ".join(repr(c) for c in choices)
+            raise ConfigError(
+                f"{name} must be {listed}, got {value!r}{_suggest(str(value), list(choices))}"
+            )
+
+    check.__doc__ = f"one of {', '.join(choices)}"
+    return check
+
+
+def check_schedule(name: str, schedule: list | None) -> None:
+    """A schedule is None or a non-empty list of [env_step, value] with rising steps."""
+    if schedule is None:
+        return
+    if not schedule:
+        raise ConfigError(f"{name} must not be empty (use None for a constant)")
+    last = -math.inf
+    for point in schedule:
+        if (
+            not isinstance(point, (list, tuple))
+            or len(point) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in point)
+        ):
+            raise ConfigError(f"{name} entries must be [env_step, value] pairs, got {point!r}")
+        if point[0] < last:
+            raise ConfigError(f"{name} env steps must not decrease: {schedule!r}")
+        if point[1] < 0:
+            raise ConfigError(f"{name} values must be >= 0: {schedule!r}")
+        last = point[0]
+
+
+def _fragment_length(name: str, value: Any) -> None:
+    if isinstance(value, str):
+        if value != "auto":
+            raise ConfigError(f"{name} must be a positive int or 'auto', got {value!r}")
+    else:
+        positive_int(name, value)
+
+
+def _seed(name: str, value: int) -> None:
+    if not 0 <= value < 2**31:
+        raise ConfigError(f"{name} must be in [0, 2**31), got {value}")
+
+
+def _hidden_sizes(name: str, value: list) -> None:
+    if not value or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
+        raise ConfigError(f"{name} must be a non-empty list of positive ints, got {value!r}")
+
+
+_EVAL_OVERRIDE_KEYS = ("explore", "env_config")
+
+
+def _eval_overrides(name: str, value: Mapping[str, Any]) -> None:
+    for key in value:
+        if key not in _EVAL_OVERRIDE_KEYS:
+            raise ConfigError(
+                f"{name} supports only {list(_EVAL_OVERRIDE_KEYS)}; got {key!r}"
+                f"{_suggest(key, list(_EVAL_OVERRIDE_KEYS))}"
+            )
+
+
+# --------------------------------------------------------------------------- one field
+
+
+def option(default: Any, doc: str, *, check: Check | None = None, schema: type | None = None) -> Any:
+    """One config field: its default, a one-line doc and an optional per-field check.
+
+    `check(name, value)` runs on every non-None value (after the type check that the
+    annotation implies) and raises ConfigError. `schema` names a dataclass whose fields
+    are the allowed keys of a dict-valued field (as `model`). List and dict defaults are
+    copied per instance (ruff's RUF009 cannot see that: hence its noqa on such fields).
+    """
+    metadata = {"doc": doc, "check": check, "schema": schema}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=functools.partial(copy.deepcopy, default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
 
 # --------------------------------------------------------------------------- sections
 
@@ -41,101 +193,179 @@ _NOT_SET: Any = object()
 class EnvironmentConfig:
     """What to run: a gymnasium id or an import path "pkg.mod:make_env"."""
 
-    env: str | None = None
-    env_config: dict = field(default_factory=dict)
+    env: str | None = option(
+        None, 'gymnasium id ("CartPole-v1") or import path "pkg.mod:make_env" called with env_config'
+    )
+    env_config: dict = option({}, "keyword arguments for gymnasium.make, or the dict given to make_env")  # noqa: RUF009
 
 
 @dataclass
 class EnvRunnersConfig:
     """How samples are collected."""
 
-    num_env_runners: int = 0
-    num_envs_per_env_runner: int = 1
-    rollout_fragment_length: Union[int, str] = "auto"
-    remote_worker_envs: bool = False
-    observation_filter: str = "NoFilter"
-    sample_timeout_s: float = 60.0
-    env_runner_health_probe_timeout_s: float = 30.0
-    validate_env_runners_after_construction: bool = True
-    num_cpus_per_env_runner: float = 1.0
-    explore: bool = True
-    inference_backend: str = "numpy"
-    max_weights_lag: int = 0
-    weights_fanout: int = 4
+    num_env_runners: int = option(
+        0, "remote env-runner actors (0: the driver samples itself)", check=non_negative_int
+    )
+    num_envs_per_env_runner: int = option(
+        1, "sub-environments stepped together by each runner", check=positive_int
+    )
+    rollout_fragment_length: Union[int, str] = option(
+        "auto",
+        'steps per sub-env per sample() ("auto": the fragments of a round add up to train_batch_size)',
+        check=_fragment_length,
+    )
+    remote_worker_envs: bool = option(
+        False, "run each sub-env in its own child process (a crash or hang kills only that sub-env)"
+    )
+    observation_filter: str = option(
+        "NoFilter", "observation normalization: NoFilter or MeanStdFilter (running mean/std)",
+        check=one_of("NoFilter", "MeanStdFilter"),
+    )
+    sample_timeout_s: float = option(
+        60.0, "seconds a sampling round waits for the runners before going on without the late ones",
+        check=positive_float,
+    )
+    env_step_timeout_s: float = option(
+        60.0, "seconds without any env step while sampling before a runner is killed and restarted",
+        check=positive_float,
+    )
+    env_runner_health_probe_timeout_s: float = option(
+        30.0, "seconds a health probe of a runner may take", check=positive_float
+    )
+    validate_env_runners_after_construction: bool = option(
+        True, "probe every runner once it is created and fail early if none works"
+    )
+    num_cpus_per_env_runner: float = option(
+        1.0, "CPU slots each runner takes on a worker", check=non_negative_float
+    )
+    explore: bool = option(True, "sample actions (True) or take the most likely action (False)")
+    inference_backend: str = option(
+        "numpy", "the runners' policy forward pass: numpy (light) or torch",
+        check=one_of("numpy", "torch"),
+    )
+    max_weights_lag: int = option(
+        0, "drop fragments sampled with weights more than this many versions old (0: keep all)",
+        check=non_negative_int,
+    )
+    weights_fanout: int = option(
+        4, "children per node of the tree that broadcasts weights to the runners", check=positive_int
+    )
 
 
 @dataclass
 class ModelConfig:
-    """The fully connected actor-critic network."""
+    """The fully connected actor-critic network (the `model` dict of training())."""
 
-    fcnet_hiddens: list = field(default_factory=lambda: [64, 64])
-    fcnet_activation: str = "tanh"
-    vf_share_layers: bool = False
-    free_log_std: bool = True
-    init_log_std: float = 0.0
+    fcnet_hiddens: list = option([64, 64], "hidden layer sizes", check=_hidden_sizes)  # noqa: RUF009
+    fcnet_activation: str = option(
+        "tanh", "hidden layer activation", check=one_of("tanh", "relu", "elu", "linear")
+    )
+    vf_share_layers: bool = option(False, "value head on the policy's hidden layers (else its own)")
+    free_log_std: bool = option(True, "continuous actions: a state-independent, learned log std")
+    init_log_std: float = option(0.0, "continuous actions: the initial log std")
 
 
 @dataclass
 class PPOTrainingConfig:
     """PPO hyperparameters (one dataclass, CleanRL style)."""
 
-    lr: float = 3e-4
-    lr_schedule: list | None = None
-    gamma: float = 0.99
-    lambda_: float = 0.95
-    use_gae: bool = True
-    train_batch_size: int = 4000
-    minibatch_size: int = 128
-    num_epochs: int = 10
-    clip_param: float = 0.2
-    clip_param_schedule: list | None = None
-    vf_loss_coeff: float = 0.5
-    vf_clip_param: float | None = None
-    entropy_coeff: float = 0.0
-    grad_clip: float | None = 0.5
-    normalize_advantages: bool = True
-    adam_epsilon: float = 1e-5
-    model: dict = field(default_factory=dict)
+    lr: float = option(3e-4, "Adam learning rate", check=positive_float)
+    lr_schedule: list | None = option(  # noqa: RUF009
+        None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",
+        check=check_schedule,
+    )
+    gamma: float = option(0.99, "discount factor", check=unit_interval)
+    lambda_: float = option(0.95, "GAE lambda", check=unit_interval)
+    use_gae: bool = option(True, "generalized advantage estimation (else plain returns minus value)")
+    train_batch_size: int = option(4000, "env steps per training iteration", check=positive_int)
+    minibatch_size: int = option(128, "steps per SGD minibatch", check=positive_int)
+    num_epochs: int = option(10, "passes over each train batch", check=positive_int)
+    clip_param: float = option(0.2, "PPO policy ratio clip", check=positive_float)
+    clip_param_schedule: list | None = option(  # noqa: RUF009
+        None, "[[env_step, clip_param], ...] like lr_schedule (None: constant)", check=check_schedule
+    )
+    vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float)
+    vf_clip_param: float | None = option(
+        None, "clip of the value-function update (None: no clip)", check=positive_float
+    )
+    entropy_coeff: float = option(0.0, "weight of the entropy bonus", check=non_negative_float)
+    grad_clip: float | None = option(
+        0.5, "max global gradient norm (None: no clip)", check=positive_float
+    )
+    normalize_advantages: bool = option(True, "normalize advantages per minibatch")
+    adam_epsilon: float = option(1e-5, "Adam epsilon", check=positive_float)
+    model: dict = option({}, "network keys, over the defaults of ModelConfig", schema=ModelConfig)  # noqa: RUF009
 
 
 @dataclass
 class FaultToleranceConfig:
     """What happens when env runners or sub-environments fail (RLlib's names)."""
 
-    restart_failed_env_runners: bool = True
-    ignore_env_runner_failures: bool = False
-    max_num_env_runner_restarts: int = 1000
-    num_consecutive_env_runner_failures_tolerance: int = 100
-    restart_failed_sub_environments: bool = False
-    max_num_sub_env_restart_attempts: int = 5
-    env_runner_restore_timeout_s: float = 60.0
+    restart_failed_env_runners: bool = option(
+        True, "restart a failed runner and bring it back (exclusive with ignore_env_runner_failures)"
+    )
+    ignore_env_runner_failures: bool = option(
+        False, "drop a failed runner and train on with the rest"
+    )
+    max_num_env_runner_restarts: int = option(
+        1000, "restarts allowed per runner before it is dead", check=non_negative_int
+    )
+    num_consecutive_env_runner_failures_tolerance: int = option(
+        100, "failures in a row (no good sample between) before training fails", check=positive_int
+    )
+    restart_failed_sub_environments: bool = option(
+        False, "rebuild a failed sub-env inside its runner instead of failing the runner"
+    )
+    max_num_sub_env_restart_attempts: int = option(
+        5, "attempts to rebuild one failed sub-env", check=positive_int
+    )
+    env_runner_restore_timeout_s: float = option(
+        60.0, "seconds to wait for a restarted runner to come back", check=positive_float
+    )
 
 
 @dataclass
 class EvaluationConfig:
     """Periodic evaluation on separate runners."""
 
-    evaluation_interval: int | None = None
-    evaluation_num_env_runners: int = 0
-    evaluation_duration: int = 10
-    evaluation_duration_unit: str = "episodes"
-    evaluation_sample_timeout_s: float = 120.0
-    evaluation_config: dict = field(default_factory=dict)
+    evaluation_interval: int | None = option(
+        None, "evaluate every this many iterations (None: never)", check=positive_int
+    )
+    evaluation_num_env_runners: int = option(
+        0, "evaluation runners (0: evaluate in the driver)", check=non_negative_int
+    )
+    evaluation_duration: int = option(
+        10, "how much to evaluate, in evaluation_duration_unit", check=positive_int
+    )
+    evaluation_duration_unit: str = option(
+        "episodes", "unit of evaluation_duration: episodes or timesteps",
+        check=one_of("episodes", "timesteps"),
+    )
+    evaluation_sample_timeout_s: float = option(
+        120.0, "seconds an evaluation round waits for its runners", check=positive_float
+    )
+    evaluation_config: dict = option(  # noqa: RUF009
+        {}, "overrides while evaluating; only explore and env_config", check=_eval_overrides
+    )
 
 
 @dataclass
 class CheckpointingConfig:
     """Checkpoints under OUTPUT/checkpoints/."""
 
-    checkpoint_interval: int = 10
-    keep_checkpoints: int = 3
-    checkpoint_at_end: bool = True
+    checkpoint_interval: int = option(
+        10, "checkpoint every this many iterations (0: only at the end)", check=non_negative_int
+    )
+    keep_checkpoints: int = option(3, "newest checkpoints kept on disk", check=positive_int)
+    checkpoint_at_end: bool = option(True, "write a checkpoint when training stops")
 
 
 @dataclass
 class DebuggingConfig:
-    seed: int | None = None
-    log_level: str = "WARN"
+    """Seeds and logging."""
+
+    seed: int | None = option(None, "seed for everything; runner I uses seed + I (None: random)", check=_seed)
+    log_level: str = option("WARN", "log level of the algorithm's processes")
 
 
 @dataclass
@@ -143,20 +373,43 @@ class LearnersConfig:
     """The learner mesh: 0 learns in the driver; M > 0 trains data-parallel on M learner
     actors over torch.distributed (NCCL on GPUs, gloo on CPUs) that re-form on failure."""
 
-    num_learners: int = 0
-    n_init_learners: int | None = None
-    min_learners: int = 1
-    num_cpus_per_learner: float = 1.0
-    num_gpus_per_learner: float = 0.0
-    learner_wait_timeout_s: float = 600.0
-    learner_collective_timeout_s: float = 60.0
-    max_num_learner_restarts: int = 1000
+    num_learners: int = option(
+        0, "learner actors (0: learn in the driver process)", check=non_negative_int
+    )
+    n_init_learners: int | None = option(
+        None, "learners that must join before training starts (None: all)"
+    )
+    min_learners: int = option(
+        1, "training pauses while fewer learners are alive", check=positive_int
+    )
+    num_cpus_per_learner: float = option(
+        1.0, "CPU slots each learner takes on a worker", check=non_negative_float
+    )
+    num_gpus_per_learner: float = option(
+        0.0, "GPUs each learner takes", check=non_negative_float
+    )
+    learner_wait_timeout_s: float = option(
+        600.0, "seconds to wait below min_learners before failing", check=positive_float
+    )
+    learner_collective_timeout_s: float = option(
+        60.0, "a collective slower than this counts as a hang", check=positive_float
+    )
+    max_num_learner_restarts: int = option(
+        1000, "restarts allowed per learner", check=non_negative_int
+    )
 
 
 @dataclass
 class ReportingConfig:
-    metrics_num_episodes_for_smoothing: int = 100
-    min_sample_timesteps_per_iteration: int = 0
+    """Metrics."""
+
+    metrics_num_episodes_for_smoothing: int = option(
+        100, "episodes in the episode_return_mean window", check=positive_int
+    )
+    min_sample_timesteps_per_iteration: int = option(
+        0, "repeat sampling and training until an iteration has this many env steps",
+        check=non_negative_int,
+    )
 
 
 # --------------------------------------------------------------------------- type checking
@@ -210,6 +463,83 @@ def _coerce(value: Any, tp: Any) -> Any:
     return value
 
 
+@functools.cache
+def fields_of(cls: type) -> dict[str, tuple[Any, dataclasses.Field]]:
+    """A section dataclass's keys: name -> (type, dataclasses.Field with metadata doc, check)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name], f) for f in dataclasses.fields(cls)}
+
+
+def field_doc(cls: type, key: str) -> str:
+    """The one-line doc of key `key` of section `cls`."""
+    return fields_of(cls)[key][1].metadata.get("doc", "")
+
+
+def check_value(cls: type, key: str, value: Any, where: str, prefix: str = "") -> Any:
+    """`value` for key `key` of `cls`, coerced and checked against the field's type, its
+    schema and its check; an unknown key names the nearest valid one. Raises ConfigError."""
+    fields = fields_of(cls)
+    if key not in fields:
+        raise ConfigError(f"unknown key {key!r} in {where}{_suggest(key, list(fields))}")
+    tp, f = fields[key]
+    value = _coerce(value, tp)
+    if not _type_ok(value, tp):
+        raise ConfigError(
+            f"{prefix}{key} must be {_type_name(tp)}, got {type(value).__name__} {value!r}"
+        )
+    schema = f.metadata.get("schema")
+    if schema is not None and value is not None:
+        value = {k: check_value(schema, k, v, where=key, prefix=f"{key} ") for k, v in value.items()}
+    check = f.metadata.get("check")
+    if check is not None and value is not None:
+        check(prefix + key, value)
+    return value
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return repr(f.default_factory())
+    return "required"
+
+
+def describe_section(cls: type, indent: str = "  ") -> list[str]:
+    """One line per key of `cls`: `name: type = default  doc`."""
+    lines = []
+    for key, (tp, f) in fields_of(cls).items():
+        lines.append(f"{indent}{key}: {_type_name(tp)} = {_default_text(f)}\n{indent}    {f.metadata.get('doc', '')}")
+    return lines
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _keys_of(section_cls: type) -> Callable[[_F], _F]:
+    """Give a builder method (`def m(self, **kwargs)`) the section's keys as its run-time
+    signature (help(), IPython, Jupyter completion) and their docs in its docstring."""
+
+    def wrap(fn: _F) -> _F:
+        sig = inspect.signature(fn)
+        lead = [
+            p for p in sig.parameters.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        names = {p.name for p in lead}
+        keys = [
+            inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=_NOT_SET, annotation=tp)
+            for key, (tp, _) in fields_of(section_cls).items()
+            if key not in names
+        ]
+        fn.__signature__ = sig.replace(parameters=lead + keys)  # type: ignore[attr-defined]
+        doc = inspect.cleandoc(fn.__doc__ or "")
+        fn.__doc__ = doc + "\n\nKeys (unset ones stay as they are):\n" + "\n".join(
+            describe_section(section_cls)
+        )
+        return fn
+
+    return wrap
+
+
 # --------------------------------------------------------------------------- the config
 
 _SECTIONS: dict[str, type] = {
@@ -224,11 +554,12 @@ _SECTIONS: dict[str, type] = {
     "reporting": ReportingConfig,
 }
 
-_EVAL_OVERRIDE_KEYS = ("explore", "env_config")
+_Config = TypeVar("_Config", bound="AlgorithmConfig")
 
 
 class AlgorithmConfig:
-    """Base builder. Subclasses set `algo_name`, `training_cls` and `algorithm_path`."""
+    """Base builder. Subclasses set `algo_name`, `training_cls` and `algorithm_path`, and
+    override `training` decorated with `@_keys_of(their training dataclass)`."""
 
     algo_name = "Algorithm"
     training_cls: type = PPOTrainingConfig
@@ -246,113 +577,49 @@ class AlgorithmConfig:
         self.reporting_cfg = ReportingConfig()
         self._explicit: set[str] = set()
 
+    @classmethod
+    def section_classes(cls) -> dict[str, type]:
+        """Builder-method name -> its section dataclass (the training one is this algo's)."""
+        return {**_SECTIONS, "training": cls.training_cls}
+
     # ---- generic field setting
 
     def _section_obj(self, section: str) -> Any:
         return getattr(self, f"{section}_cfg")
 
-    def _section_types(self, section: str) -> dict[str, Any]:
+    def _set(self: _Config, section: str, values: Mapping[str, Any]) -> _Config:
+        """Check every value of `values` against the section's fields, then set them all
+        (a bad value changes nothing)."""
         obj = self._section_obj(section)
-        return typing.get_type_hints(type(obj))
-
-    def _set(self, section: str, values: Mapping[str, Any]) -> None:
-        obj = self._section_obj(section)
-        hints = self._section_types(section)
-        for key, value in values.items():
-            if value is _NOT_SET:
-                continue
-            if key not in hints:
-                raise ConfigError(
-                    f"unknown key {key!r} in {section}(){_suggest(key, list(hints))}"
-                )
-            value = _coerce(value, hints[key])
-            if not _type_ok(value, hints[key]):
-                raise ConfigError(
-                    f"{key} must be {_type_name(hints[key])}, got {type(value).__name__} "
-                    f"{value!r}"
-                )
-            if key == "model":
-                value = self._check_model(value)
-            if key == "evaluation_config":
-                value = self._check_eval_overrides(value)
+        checked = {
+            key: check_value(type(obj), key, value, where=f"{section}()")
+            for key, value in values.items()
+            if value is not _NOT_SET
+        }
+        for key, value in checked.items():
             setattr(obj, key, copy.deepcopy(value))
             self._explicit.add(key)
+        return self
 
-    @staticmethod
-    def _check_model(model: Mapping[str, Any]) -> dict:
-        hints = typing.get_type_hints(ModelConfig)
-        out = {}
-        for key, value in model.items():
-            if key not in hints:
-                raise ConfigError(f"unknown model key {key!r}{_suggest(key, list(hints))}")
-            value = _coerce(value, hints[key])
-            if not _type_ok(value, hints[key]):
-                raise ConfigError(
-                    f"model {key} must be {_type_name(hints[key])}, got {value!r}"
-                )
-            out[key] = value
-        return out
+    # ---- builder methods (RLlib names); their keys are the fields of the section
 
-    @staticmethod
-    def _check_eval_overrides(overrides: Mapping[str, Any]) -> dict:
-        for key in overrides:
-            if key not in _EVAL_OVERRIDE_KEYS:
-                raise ConfigError(
-                    f"evaluation_config supports only {list(_EVAL_OVERRIDE_KEYS)}; got {key!r}"
-                    f"{_suggest(key, list(_EVAL_OVERRIDE_KEYS))}"
-                )
-        return dict(overrides)
-
-    # ---- builder methods (RLlib names)
-
-    def environment(
-        self, env: str | None = _NOT_SET, *, env_config: dict | None = _NOT_SET, **unknown: Any
-    ) -> AlgorithmConfig:
+    @_keys_of(EnvironmentConfig)
+    def environment(self: _Config, env: str | None = _NOT_SET, **kwargs: Any) -> _Config:
         """Set the environment: a gymnasium id or "pkg.mod:make_env" (called with env_config)."""
-        self._set("environment", {"env": env, "env_config": env_config, **unknown})
-        return self
+        return self._set("environment", {"env": env, **kwargs})
 
-    def env_runners(
-        self,
-        *,
-        num_env_runners: int = _NOT_SET,
-        num_envs_per_env_runner: int = _NOT_SET,
-        rollout_fragment_length: int | str = _NOT_SET,
-        remote_worker_envs: bool = _NOT_SET,
-        observation_filter: str = _NOT_SET,
-        sample_timeout_s: float = _NOT_SET,
-        env_runner_health_probe_timeout_s: float = _NOT_SET,
-        validate_env_runners_after_construction: bool = _NOT_SET,
-        num_cpus_per_env_runner: float = _NOT_SET,
-        explore: bool = _NOT_SET,
-        inference_backend: str = _NOT_SET,
-        max_weights_lag: int = _NOT_SET,
-        weights_fanout: int = _NOT_SET,
-        **unknown: Any,
-    ) -> AlgorithmConfig:
-        """Set how many runners sample, with how many sub-envs each, and their timeouts.
-        `max_weights_lag`: a runner never samples with weights older than this many
-        versions; `weights_fanout`: children per node of the weight broadcast tree."""
-        self._set("env_runners", _locals_without_self(locals()))
-        return self
+    @_keys_of(EnvRunnersConfig)
+    def env_runners(self: _Config, **kwargs: Any) -> _Config:
+        """Set how many runners sample, with how many sub-envs each, and their timeouts."""
+        return self._set("env_runners", kwargs)
 
-    def training(self, **kwargs: Any) -> AlgorithmConfig:
-        """Set algorithm hyperparameters (see the training dataclass for the keys)."""
-        self._set("training", kwargs)
-        return self
+    @_keys_of(PPOTrainingConfig)
+    def training(self: _Config, **kwargs: Any) -> _Config:
+        """Set algorithm hyperparameters (the fields of `training_cls`)."""
+        return self._set("training", kwargs)
 
-    def fault_tolerance(
-        self,
-        *,
-        restart_failed_env_runners: bool = _NOT_SET,
-        ignore_env_runner_failures: bool = _NOT_SET,
-        max_num_env_runner_restarts: int = _NOT_SET,
-        num_consecutive_env_runner_failures_tolerance: int = _NOT_SET,
-        restart_failed_sub_environments: bool = _NOT_SET,
-        max_num_sub_env_restart_attempts: int = _NOT_SET,
-        env_runner_restore_timeout_s: float = _NOT_SET,
-        **unknown: Any,
-    ) -> AlgorithmConfig:
+    @_keys_of(FaultToleranceConfig)
+    def fault_tolerance(self: _Config, **kwargs: Any) -> _Config:
         """Set the failure policy.
 
         `restart_failed_env_runners` (default True) and `ignore_env_runner_failures` are
@@ -360,83 +627,46 @@ class AlgorithmConfig:
         `restart_failed_env_runners` was never set explicitly turns restarts off;
         setting both to True explicitly is a ConfigError.
         """
-        values = _locals_without_self(locals())
-        if (
-            values["ignore_env_runner_failures"] is True
-            and values["restart_failed_env_runners"] is _NOT_SET
+        restart_off = (
+            kwargs.get("ignore_env_runner_failures") is True
+            and kwargs.get("restart_failed_env_runners", _NOT_SET) is _NOT_SET
             and "restart_failed_env_runners" not in self._explicit
-        ):
+        )
+        self._set("fault_tolerance", kwargs)
+        if restart_off:
             self.fault_tolerance_cfg.restart_failed_env_runners = False
-        self._set("fault_tolerance", values)
         return self
 
-    def evaluation(
-        self,
-        *,
-        evaluation_interval: int | None = _NOT_SET,
-        evaluation_num_env_runners: int = _NOT_SET,
-        evaluation_duration: int = _NOT_SET,
-        evaluation_duration_unit: str = _NOT_SET,
-        evaluation_sample_timeout_s: float = _NOT_SET,
-        evaluation_config: dict = _NOT_SET,
-        **unknown: Any,
-    ) -> AlgorithmConfig:
+    @_keys_of(EvaluationConfig)
+    def evaluation(self: _Config, **kwargs: Any) -> _Config:
         """Evaluate every `evaluation_interval` iterations (None: never)."""
-        self._set("evaluation", _locals_without_self(locals()))
-        return self
+        return self._set("evaluation", kwargs)
 
-    def checkpointing(
-        self,
-        *,
-        checkpoint_interval: int = _NOT_SET,
-        keep_checkpoints: int = _NOT_SET,
-        checkpoint_at_end: bool = _NOT_SET,
-        **unknown: Any,
-    ) -> AlgorithmConfig:
+    @_keys_of(CheckpointingConfig)
+    def checkpointing(self: _Config, **kwargs: Any) -> _Config:
         """Checkpoint every `checkpoint_interval` iterations (0: only at the end)."""
-        self._set("checkpointing", _locals_without_self(locals()))
-        return self
+        return self._set("checkpointing", kwargs)
 
-    def debugging(
-        self, *, seed: int | None = _NOT_SET, log_level: str = _NOT_SET, **unknown: Any
-    ) -> AlgorithmConfig:
+    @_keys_of(DebuggingConfig)
+    def debugging(self: _Config, **kwargs: Any) -> _Config:
         """Seed everything (runners get seed + their index) and set the log level."""
-        self._set("debugging", _locals_without_self(locals()))
-        return self
+        return self._set("debugging", kwargs)
 
-    def learners(
-        self,
-        *,
-        num_learners: int = _NOT_SET,
-        n_init_learners: int | None = _NOT_SET,
-        min_learners: int = _NOT_SET,
-        num_cpus_per_learner: float = _NOT_SET,
-        num_gpus_per_learner: float = _NOT_SET,
-        learner_wait_timeout_s: float = _NOT_SET,
-        learner_collective_timeout_s: float = _NOT_SET,
-        max_num_learner_restarts: int = _NOT_SET,
-        **unknown: Any,
-    ) -> AlgorithmConfig:
+    @_keys_of(LearnersConfig)
+    def learners(self: _Config, **kwargs: Any) -> _Config:
         """The learner mesh. `num_learners=0` learns inside the Algorithm process; M > 0
         starts M learner actors (`JOB/learner/I`). Training starts once `n_init_learners`
         (default: all) joined, pauses below `min_learners` for up to
         `learner_wait_timeout_s`; a collective slower than `learner_collective_timeout_s`
         counts as a hang."""
-        self._set("learners", _locals_without_self(locals()))
-        return self
+        return self._set("learners", kwargs)
 
-    def reporting(
-        self,
-        *,
-        metrics_num_episodes_for_smoothing: int = _NOT_SET,
-        min_sample_timesteps_per_iteration: int = _NOT_SET,
-        **unknown: Any,
-    ) -> AlgorithmConfig:
+    @_keys_of(ReportingConfig)
+    def reporting(self: _Config, **kwargs: Any) -> _Config:
         """Metric smoothing window (episodes) and a minimum of env steps per iteration."""
-        self._set("reporting", _locals_without_self(locals()))
-        return self
+        return self._set("reporting", kwargs)
 
-    def framework(self, framework: str = "torch") -> AlgorithmConfig:
+    def framework(self: _Config, framework: str = "torch") -> _Config:
         """Only "torch" is supported; present for RLlib compatibility."""
         if framework != "torch":
             raise ConfigError(f"framework {framework!r} is not supported; ftrl uses 'torch'")
@@ -461,11 +691,13 @@ class AlgorithmConfig:
         """The model dict merged over the ModelConfig defaults."""
         return ModelConfig(**self.training_cfg.model)
 
+    @classmethod
+    def _owners(cls) -> dict[str, str]:
+        """Flat key -> its section (keys are unique across sections)."""
+        return {key: section for section, sec_cls in cls.section_classes().items() for key in fields_of(sec_cls)}
+
     def _all_keys(self) -> list[str]:
-        keys = []
-        for section in _SECTIONS:
-            keys.extend(self._section_types(section))
-        return keys
+        return list(self._owners())
 
     # ---- serialization
 
@@ -490,13 +722,12 @@ class AlgorithmConfig:
         config.update_from_dict(data)
         return config
 
-    def update_from_dict(self, data: Mapping[str, Any]) -> AlgorithmConfig:
-        """Apply flat keys and/or section tables on top of this config."""
-        owner = {}
-        for section in _SECTIONS:
-            for key in self._section_types(section):
-                owner[key] = section
-        per_section: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+    def update_from_dict(self: _Config, data: Mapping[str, Any]) -> _Config:
+        """Apply flat keys and/or section tables on top of this config (the path of TOML
+        files and `--set KEY=VALUE`). Each section goes through its builder method."""
+        sections = self.section_classes()
+        owner = self._owners()
+        per_section: dict[str, dict[str, Any]] = {s: {} for s in sections}
         for key, value in data.items():
             if key == "algo":
                 if str(value).upper() != self.algo_name.upper():
@@ -504,27 +735,23 @@ class AlgorithmConfig:
                         f"algo {value!r} does not match {type(self).__name__} ({self.algo_name})"
                     )
                 continue
-            if key in _SECTIONS and isinstance(value, Mapping):
+            if key in sections and isinstance(value, Mapping):
                 for sub_key, sub_value in value.items():
-                    if sub_key not in self._section_types(key):
+                    if sub_key not in fields_of(sections[key]):
                         raise ConfigError(
                             f"unknown key {sub_key!r} in [{key}]"
-                            f"{_suggest(sub_key, list(self._section_types(key)))}"
+                            f"{_suggest(sub_key, list(fields_of(sections[key])))}"
                         )
                     per_section[key][sub_key] = sub_value
                 continue
             if key not in owner:
                 raise ConfigError(
-                    f"unknown config key {key!r}{_suggest(key, list(owner) + list(_SECTIONS))}"
+                    f"unknown config key {key!r}{_suggest(key, list(owner) + list(sections))}"
                 )
             per_section[owner[key]][key] = value
         for section, values in per_section.items():
-            if not values:
-                continue
-            if section == "fault_tolerance":
-                self.fault_tolerance(**values)
-            else:
-                self._set(section, values)
+            if values:
+                getattr(self, section)(**values)
         return self
 
     @classmethod
@@ -533,7 +760,7 @@ class AlgorithmConfig:
         here; use `load_job` for job files."""
         return cls.from_dict(_read_toml(path))
 
-    def copy(self) -> AlgorithmConfig:
+    def copy(self: _Config) -> _Config:
         return copy.deepcopy(self)
 
     def __eq__(self, other: object) -> bool:
@@ -555,114 +782,44 @@ class AlgorithmConfig:
     # ---- validation
 
     def validate(self) -> None:
-        """Raise ConfigError for missing, bad or conflicting values. Starts nothing."""
-        env = self.environment_cfg
-        run = self.env_runners_cfg
-        ft = self.fault_tolerance_cfg
-        ev = self.evaluation_cfg
-        ck = self.checkpointing_cfg
-        if not env.env:
+        """Raise ConfigError for missing, bad or conflicting values. Starts nothing.
+
+        Every field is checked again (type and per-field check), so values written
+        straight into a section object are caught too; then the checks across fields."""
+        if not self.environment_cfg.env:
             raise ConfigError("no environment set: call .environment('CartPole-v1') or set env")
-        _positive_int("num_envs_per_env_runner", run.num_envs_per_env_runner)
-        _non_negative_int("num_env_runners", run.num_env_runners)
-        frag = run.rollout_fragment_length
-        if isinstance(frag, str):
-            if frag != "auto":
-                raise ConfigError(f"rollout_fragment_length must be a positive int or 'auto', got {frag!r}")
-        else:
-            _positive_int("rollout_fragment_length", frag)
-        if run.observation_filter not in ("NoFilter", "MeanStdFilter"):
-            raise ConfigError(
-                f"observation_filter must be 'NoFilter' or 'MeanStdFilter', got "
-                f"{run.observation_filter!r}"
-                f"{_suggest(run.observation_filter, ['NoFilter', 'MeanStdFilter'])}"
-            )
-        for key in ("sample_timeout_s", "env_runner_health_probe_timeout_s"):
-            _positive_float(key, getattr(run, key))
-        if run.inference_backend not in ("numpy", "torch"):
-            raise ConfigError(
-                f"inference_backend must be 'numpy' or 'torch', got {run.inference_backend!r}"
-                f"{_suggest(run.inference_backend, ['numpy', 'torch'])}"
-            )
-        if run.num_cpus_per_env_runner < 0:
-            raise ConfigError("num_cpus_per_env_runner must be >= 0")
+        for section, cls in self.section_classes().items():
+            obj = self._section_obj(section)
+            for key in fields_of(cls):
+                check_value(cls, key, getattr(obj, key), where=f"{section}()")
+        ft = self.fault_tolerance_cfg
         if ft.ignore_env_runner_failures and ft.restart_failed_env_runners:
             raise ConfigError(
                 "ignore_env_runner_failures and restart_failed_env_runners are mutually "
                 "exclusive (as in RLlib): restart failed runners, or go on without them. "
                 "Set restart_failed_env_runners=False to ignore failures."
             )
-        _non_negative_int("max_num_env_runner_restarts", ft.max_num_env_runner_restarts)
-        _positive_int(
-            "num_consecutive_env_runner_failures_tolerance",
-            ft.num_consecutive_env_runner_failures_tolerance,
-        )
-        _positive_int("max_num_sub_env_restart_attempts", ft.max_num_sub_env_restart_attempts)
-        _positive_float("env_runner_restore_timeout_s", ft.env_runner_restore_timeout_s)
-        if ev.evaluation_interval is not None:
-            _positive_int("evaluation_interval", ev.evaluation_interval)
-        _non_negative_int("evaluation_num_env_runners", ev.evaluation_num_env_runners)
-        _positive_int("evaluation_duration", ev.evaluation_duration)
-        if ev.evaluation_duration_unit not in ("episodes", "timesteps"):
-            raise ConfigError(
-                "evaluation_duration_unit must be 'episodes' or 'timesteps', got "
-                f"{ev.evaluation_duration_unit!r}"
-            )
-        _positive_float("evaluation_sample_timeout_s", ev.evaluation_sample_timeout_s)
-        _non_negative_int("checkpoint_interval", ck.checkpoint_interval)
-        _positive_int("keep_checkpoints", ck.keep_checkpoints)
-        seed = self.debugging_cfg.seed
-        if seed is not None and not 0 <= seed < 2**31:
-            raise ConfigError(f"seed must be in [0, 2**31), got {seed}")
         lrn = self.learners_cfg
-        _non_negative_int("num_learners", lrn.num_learners)
         if lrn.n_init_learners is not None and not (
             (1 if lrn.num_learners else 0) <= lrn.n_init_learners <= lrn.num_learners
         ):
             raise ConfigError(
                 f"n_init_learners must be between 1 and num_learners={lrn.num_learners}, "
                 f"got {lrn.n_init_learners}")
-        _positive_int("min_learners", lrn.min_learners)
         if lrn.num_learners and lrn.min_learners > lrn.num_learners:
             raise ConfigError(
                 f"min_learners={lrn.min_learners} is more than num_learners={lrn.num_learners}")
-        if lrn.num_cpus_per_learner < 0 or lrn.num_gpus_per_learner < 0:
-            raise ConfigError("num_cpus_per_learner and num_gpus_per_learner must be >= 0")
-        _positive_float("learner_wait_timeout_s", lrn.learner_wait_timeout_s)
-        _positive_float("learner_collective_timeout_s", lrn.learner_collective_timeout_s)
-        _non_negative_int("max_num_learner_restarts", lrn.max_num_learner_restarts)
-        _non_negative_int("max_weights_lag", run.max_weights_lag)
-        _positive_int("weights_fanout", run.weights_fanout)
-        _positive_int(
-            "metrics_num_episodes_for_smoothing", self.reporting_cfg.metrics_num_episodes_for_smoothing
-        )
-        self._validate_model()
         self._validate_training()
 
-    def _validate_model(self) -> None:
-        model = self.model_config
-        if not model.fcnet_hiddens or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in model.fcnet_hiddens
-        ):
-            raise ConfigError(f"model fcnet_hiddens must be a non-empty list of positive ints, got {model.fcnet_hiddens!r}")
-        if model.fcnet_activation not in ("tanh", "relu", "elu", "linear"):
-            raise ConfigError(
-                f"model fcnet_activation must be tanh, relu, elu or linear, got {model.fcnet_activation!r}"
-            )
-
     def _validate_training(self) -> None:
-        """Hook for subclasses."""
+        """Hook for subclasses: checks across training fields."""
 
     # ---- build
 
     def build(self, **kwargs: Any) -> Any:
         """Validate, then create the Algorithm (kwargs go to its constructor, e.g. client=)."""
         self.validate()
-        import importlib
-
-        module, _, name = self.algorithm_path.partition(":")
-        algo_cls = getattr(importlib.import_module(module), name)
-        return algo_cls(self, **kwargs)
+        return import_object(self.algorithm_path)(self, **kwargs)
 
     # RLlib alias
     build_algo = build
@@ -675,111 +832,27 @@ class PPOConfig(AlgorithmConfig):
     training_cls = PPOTrainingConfig
     algorithm_path = "ftrl.rl.algorithms.ppo:PPO"
 
-    def training(  # type: ignore[override]
-        self,
-        *,
-        lr: float = _NOT_SET,
-        lr_schedule: list | None = _NOT_SET,
-        gamma: float = _NOT_SET,
-        lambda_: float = _NOT_SET,
-        use_gae: bool = _NOT_SET,
-        train_batch_size: int = _NOT_SET,
-        minibatch_size: int = _NOT_SET,
-        num_epochs: int = _NOT_SET,
-        clip_param: float = _NOT_SET,
-        clip_param_schedule: list | None = _NOT_SET,
-        vf_loss_coeff: float = _NOT_SET,
-        vf_clip_param: float | None = _NOT_SET,
-        entropy_coeff: float = _NOT_SET,
-        grad_clip: float | None = _NOT_SET,
-        normalize_advantages: bool = _NOT_SET,
-        adam_epsilon: float = _NOT_SET,
-        model: dict = _NOT_SET,
-        **unknown: Any,
-    ) -> PPOConfig:
+    @_keys_of(PPOTrainingConfig)
+    def training(self, **kwargs: Any) -> PPOConfig:
         """PPO hyperparameters. Schedules are RLlib-style [[env_step, value], ...] lists,
         interpolated linearly and held after the last point."""
-        self._set("training", _locals_without_self(locals()))
-        return self
+        return self._set("training", kwargs)
 
     def _validate_training(self) -> None:
         t = self.training_cfg
-        _positive_float("lr", t.lr)
-        for key in ("gamma", "lambda_"):
-            value = getattr(t, key)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{key} must be in [0, 1], got {value}")
-        _positive_int("train_batch_size", t.train_batch_size)
-        _positive_int("minibatch_size", t.minibatch_size)
-        _positive_int("num_epochs", t.num_epochs)
         if t.minibatch_size > t.train_batch_size:
             raise ConfigError(
                 f"minibatch_size ({t.minibatch_size}) must not exceed train_batch_size "
                 f"({t.train_batch_size})"
             )
-        _positive_float("clip_param", t.clip_param)
-        if t.vf_loss_coeff < 0 or t.entropy_coeff < 0:
-            raise ConfigError("vf_loss_coeff and entropy_coeff must be >= 0")
-        for key in ("vf_clip_param", "grad_clip"):
-            value = getattr(t, key)
-            if value is not None:
-                _positive_float(key, value)
-        _positive_float("adam_epsilon", t.adam_epsilon)
-        for key in ("lr_schedule", "clip_param_schedule"):
-            check_schedule(key, getattr(t, key))
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def check_schedule(name: str, schedule: list | None) -> None:
-    """A schedule is None or a non-empty list of [env_step, value] with rising steps."""
-    if schedule is None:
-        return
-    if not schedule:
-        raise ConfigError(f"{name} must not be empty (use None for a constant)")
-    last = -math.inf
-    for point in schedule:
-        if (
-            not isinstance(point, (list, tuple))
-            or len(point) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in point)
-        ):
-            raise ConfigError(f"{name} entries must be [env_step, value] pairs, got {point!r}")
-        if point[0] < last:
-            raise ConfigError(f"{name} env steps must not decrease: {schedule!r}")
-        if point[1] < 0:
-            raise ConfigError(f"{name} values must be >= 0: {schedule!r}")
-        last = point[0]
-
-
-def _locals_without_self(values: dict[str, Any]) -> dict[str, Any]:
-    """A builder method's arguments; unknown keywords stay in so `_set` names them."""
-    out = {k: v for k, v in values.items() if k not in ("self", "__class__", "unknown")}
-    out.update(values.get("unknown") or {})
-    return out
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{name} must be a positive int, got {value!r}")
-
-
-def _non_negative_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
-
-
-def _positive_float(name: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a positive finite number, got {value!r}")
-
-
 def _read_toml(path: str | Path) -> dict[str, Any]:
-    try:
-        import tomllib
-    except ModuleNotFoundError as e:  # Python 3.10
-        raise ConfigError("reading TOML needs Python 3.11+ (tomllib)") from e
+    import tomllib
+
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -808,9 +881,9 @@ def config_class(algo: str) -> type[AlgorithmConfig]:
 class StopCriteria:
     """When `ftrl train` stops: any criterion that is set and met."""
 
-    stop_reward: float | None = None
-    stop_timesteps: int | None = None
-    stop_iters: int | None = None
+    stop_reward: float | None = option(None, "stop when episode_return_mean >= this")
+    stop_timesteps: int | None = option(None, "stop after this many env steps sampled")
+    stop_iters: int | None = option(None, "stop after this many iterations")
 
     def met(self, result: Mapping[str, Any]) -> str | None:
         """The name of the first criterion `result` meets, or None."""
@@ -824,13 +897,12 @@ class StopCriteria:
         return None
 
     def update(self, values: Mapping[str, Any]) -> None:
-        hints = typing.get_type_hints(StopCriteria)
-        for key, value in values.items():
-            if key not in hints:
-                raise ConfigError(f"unknown key {key!r} in [stop]{_suggest(key, list(hints))}")
-            value = _coerce(value, hints[key])
-            if not _type_ok(value, hints[key]):
-                raise ConfigError(f"stop {key} must be {_type_name(hints[key])}, got {value!r}")
+        """Set criteria from a [stop] table (unknown keys and bad types raise)."""
+        checked = {
+            key: check_value(StopCriteria, key, value, where="[stop]", prefix="stop ")
+            for key, value in values.items()
+        }
+        for key, value in checked.items():
             setattr(self, key, value)
 
 
@@ -856,3 +928,24 @@ def load_job(path: str | Path | None = None, data: Mapping[str, Any] | None = No
     stop = StopCriteria()
     stop.update(stop_values)
     return JobSpec(config=config, stop=stop)
+
+
+def describe(algo: str = "PPO") -> str:
+    """Every key of `algo`'s config and of a job's [stop] table, by section (the TOML
+    table and the builder method of the same name), with type, default and doc."""
+    lines = []
+    for section, cls in config_class(algo).section_classes().items():
+        lines.append(f"[{section}]  {(cls.__doc__ or '').splitlines()[0]}")
+        lines.extend(describe_section(cls))
+        for key, (_, f) in fields_of(cls).items():
+            schema = f.metadata.get("schema")
+            if schema is not None:
+                lines.append(f"[{section}.{key}]  {(schema.__doc__ or '').splitlines()[0]}")
+                lines.extend(describe_section(schema))
+    lines.append(f"[stop]  {(StopCriteria.__doc__ or '').splitlines()[0]}")
+    lines.extend(describe_section(StopCriteria))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())

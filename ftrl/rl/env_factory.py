@@ -8,12 +8,12 @@ Errors become ConfigError with gymnasium's message (which suggests close ids).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
+from ftrl.util.imports import import_object
 from ftrl.wire.errors import ConfigError
 
 
@@ -21,16 +21,10 @@ def resolve_creator(env: str) -> Callable[[dict], gym.Env] | None:
     """The callable an import path "pkg.mod:fn" names, or None if `env` is not one."""
     if ":" not in env:
         return None
-    module_name, _, attr = env.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError:
+        target: Any = import_object(env)
+    except (ImportError, ValueError):  # not ours: gymnasium's "module:EnvId-v0" or an error
         return None
-    target: Any = module
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            return None
     if isinstance(target, type) and issubclass(target, gym.Env):
         return lambda config: target(**config)
     return target if callable(target) else None

@@ -29,6 +29,12 @@ from ftrl.config import AlgorithmConfig
 from ftrl.rl.models import ActorCritic
 from ftrl.rl.sample_batch import check_fragment
 from ftrl.rl.spaces import SpaceSpec
+from ftrl.util.rng_state import (
+    bitgen_state_from_wire,
+    bitgen_state_to_wire,
+    torch_rng_from_wire,
+    torch_rng_to_wire,
+)
 
 
 def scheduled(value: float, schedule: list | None, env_steps: int) -> float:
@@ -360,8 +366,8 @@ class PPOLearner:
             "optimizer": _optimizer_state_to_wire(self.optimizer.state_dict()),
             "version": self.version,
             "num_updates": self.num_updates,
-            "torch_rng": torch.get_rng_state().numpy().copy(),
-            "np_rng": _bitgen_state_to_wire(self.rng.bit_generator.state),
+            "torch_rng": torch_rng_to_wire(),
+            "np_rng": bitgen_state_to_wire(self.rng.bit_generator.state),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -378,9 +384,9 @@ class PPOLearner:
         self.version = int(state["version"])
         self.num_updates = int(state.get("num_updates", 0))
         if "torch_rng" in state:
-            torch.set_rng_state(torch.from_numpy(np.array(state["torch_rng"], dtype=np.uint8)))
+            torch_rng_from_wire(state["torch_rng"])
         if "np_rng" in state:
-            self.rng.bit_generator.state = _bitgen_state_from_wire(state["np_rng"])
+            self.rng.bit_generator.state = bitgen_state_from_wire(state["np_rng"])
         self._init_optimizer_state()  # a state saved before the first step has none yet
 
     def ping(self) -> dict[str, Any]:
@@ -450,19 +456,3 @@ def _to_torch(obj: Any, key: Any = None) -> Any:
         return tuple(items) if key == "betas" else items
     return obj
 
-
-def _bitgen_state_to_wire(state: Any) -> Any:
-    """numpy bit generator state with its >64-bit ints as strings (msgpack-able)."""
-    if isinstance(state, dict):
-        return {k: _bitgen_state_to_wire(v) for k, v in state.items()}
-    if isinstance(state, int) and not isinstance(state, bool) and not -(2**63) <= state < 2**64:
-        return {"__bigint__": str(state)}
-    return state
-
-
-def _bitgen_state_from_wire(state: Any) -> Any:
-    if isinstance(state, dict):
-        if set(state) == {"__bigint__"}:
-            return int(state["__bigint__"])
-        return {k: _bitgen_state_from_wire(v) for k, v in state.items()}
-    return state

@@ -19,13 +19,13 @@ Handle semantics (shared with the real client):
 from __future__ import annotations
 
 import concurrent.futures as cf
-import importlib
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from ftrl.util.imports import import_class
 from ftrl.wire import codec
 from ftrl.wire.errors import (
     ActorDiedError,
@@ -39,16 +39,9 @@ from ftrl.wire.errors import (
 )
 
 
-def _import(class_path: str) -> type:
-    module, _, name = class_path.partition(":")
-    target: Any = importlib.import_module(module)
-    for part in name.split("."):
-        target = getattr(target, part)
-    return target
-
-
 def _construct(class_path: str, kwargs: dict) -> Any:
-    return _import(class_path)(**kwargs)
+    """Create the actor object as an actor host does (same import errors)."""
+    return import_class(class_path)(**kwargs)
 
 
 @dataclass

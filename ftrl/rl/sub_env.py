@@ -12,9 +12,9 @@ Construction errors (unknown id, a creator that raises, an unsupported space) ra
 ConfigError in-process and SubEnvError from a child. Each sub-env has `.spec`.
 
 A remote sub-env is `python -m ftrl.rl.sub_env FD` started with `subprocess` and
-connected by a socketpair. Messages are length-prefixed (u32) `ftrl.wire.codec`
-msgpack: nothing is pickled either way, and the child's stdout stays free for the
-environment's own prints.
+connected by a socketpair. Messages are `ftrl.util.framing` frames (little-endian u32
+length, 1 GiB cap) of `ftrl.wire.codec` msgpack: nothing is pickled either way, and the
+child's stdout stays free for the environment's own prints.
     parent -> child: ["init", env, env_config, seed] | ["reset", seed] | ["step", action] | ["close"]
     child -> parent: ["ok", payload] | ["err", type, message, traceback]
 """
@@ -24,17 +24,17 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import traceback
 from typing import Any
 
 from ftrl.rl.spaces import SpaceSpec, space_spec
+from ftrl.util.framing import FrameTooLargeError, Framing
 from ftrl.wire import codec
 
-_HEADER = struct.Struct("<I")
 _MAX_FRAME = 1 << 30
+_FRAMING = Framing("little", _MAX_FRAME, name="sub-env socket")
 
 
 class SubEnvError(RuntimeError):
@@ -121,31 +121,31 @@ class RemoteSubEnv:
         return self._proc.pid if self._proc else None
 
     def _send(self, msg: list) -> None:
-        data = codec.encode(msg)
         try:
-            self._sock.sendall(_HEADER.pack(len(data)) + data)
+            frame = _FRAMING.pack(codec.encode(msg))
+        except FrameTooLargeError as e:
+            raise SubEnvError(self.index, f"cannot send {msg[0]}: {e}") from e
+        try:
+            self._sock.sendall(frame)
         except OSError as e:
             raise SubEnvError(self.index, f"process is gone ({self._exit_text()}): {e}") from e
 
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self._sock.recv(n - len(buf))
-            except TimeoutError as e:
-                raise SubEnvError(self.index, f"no reply within {self.timeout_s}s (hung)") from e
-            except OSError as e:
-                raise SubEnvError(self.index, f"process is gone ({self._exit_text()}): {e}") from e
-            if not chunk:
-                raise SubEnvError(self.index, f"process died ({self._exit_text()})")
-            buf += chunk
-        return bytes(buf)
+    def _recv_some(self, n: int) -> bytes:
+        try:
+            return self._sock.recv(n)
+        except TimeoutError as e:
+            raise SubEnvError(self.index, f"no reply within {self.timeout_s}s (hung)") from e
+        except OSError as e:
+            raise SubEnvError(self.index, f"process is gone ({self._exit_text()}): {e}") from e
 
     def _recv(self, what: str) -> Any:
-        (size,) = _HEADER.unpack(self._recv_exact(_HEADER.size))
-        if size > _MAX_FRAME:
-            raise SubEnvError(self.index, f"reply to {what} is {size} bytes; too large")
-        reply = codec.decode(self._recv_exact(size))
+        try:
+            data = _FRAMING.read(self._recv_some)
+        except FrameTooLargeError as e:
+            raise SubEnvError(self.index, f"reply to {what} is {e.size} bytes; too large") from e
+        except EOFError as e:
+            raise SubEnvError(self.index, f"process died ({self._exit_text()}): {e}") from e
+        reply = codec.decode(data)
         if not isinstance(reply, list) or not reply:
             raise SubEnvError(self.index, f"malformed reply to {what}")
         if reply[0] == "ok":
@@ -217,27 +217,15 @@ def make_sub_env(
 
 
 def _child_send(sock: socket.socket, msg: list) -> None:
-    data = codec.encode(msg)
-    sock.sendall(_HEADER.pack(len(data)) + data)
+    sock.sendall(_FRAMING.pack(codec.encode(msg)))
 
 
 def _child_recv(sock: socket.socket) -> Any:
-    header = _child_recv_exact(sock, _HEADER.size)
-    if header is None:
+    """The parent's next message, or None once the parent is gone (EOF, even mid-frame)."""
+    try:
+        return codec.decode(_FRAMING.read(sock.recv))
+    except EOFError:
         return None
-    (size,) = _HEADER.unpack(header)
-    body = _child_recv_exact(sock, size)
-    return None if body is None else codec.decode(body)
-
-
-def _child_recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
 
 
 def _child_main(fd: int) -> None:
@@ -269,8 +257,8 @@ def _child_main(fd: int) -> None:
             reply = ["err", type(e).__name__, str(e), traceback.format_exc()]
         try:
             _child_send(sock, reply)
-        except codec.InvalidArgumentError as e:
-            _child_send(sock, ["err", "InvalidArgumentError", f"cannot send the env's output: {e}", ""])
+        except (codec.InvalidArgumentError, FrameTooLargeError) as e:
+            _child_send(sock, ["err", type(e).__name__, f"cannot send the env's output: {e}", ""])
         except OSError:
             break
     if env is not None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import json
+
 import pytest
 
 import ftrl
-from ftrl.config import PPOConfig, StopCriteria, load_job
+from ftrl import config as config_mod
+from ftrl.config import ModelConfig, PPOConfig, StopCriteria, describe, fields_of, load_job
+from ftrl.rl.train_cli import parse_overrides
 from ftrl.wire.errors import ConfigError
 
 
@@ -151,3 +157,161 @@ def test_stop_criteria():
     assert stop.met({"episode_return_mean": 100.0, "env_steps_sampled": 10}) == "stop_reward"
     assert stop.met({"episode_return_mean": 5.0, "env_steps_sampled": 1000}) == "stop_timesteps"
     assert StopCriteria(stop_iters=3).met({"iteration": 3}) == "stop_iters"
+
+
+# --------------------------------------------------------------------------- one definition per field
+
+SECTIONS = PPOConfig.section_classes()
+ALL_KEYS = [(section, key) for section, cls in SECTIONS.items() for key in fields_of(cls)]
+
+
+def _toml(value):
+    """A TOML literal for --set (no None in TOML)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
+def test_every_field_has_a_one_line_doc():
+    for cls in [*SECTIONS.values(), ModelConfig, StopCriteria]:
+        for key, (_, f) in fields_of(cls).items():
+            doc = f.metadata.get("doc")
+            assert isinstance(doc, str) and doc.strip(), f"{cls.__name__}.{key} has no doc"
+            assert "\n" not in doc, f"{cls.__name__}.{key}: doc must be one line"
+    text = describe()
+    for _, key in ALL_KEYS:
+        assert f"  {key}: " in text
+    assert "[training.model]" in text and "  fcnet_hiddens: " in text and "[stop]" in text
+
+
+def test_every_default_passes_its_own_checks():
+    cfg = PPOConfig().environment("CartPole-v1")
+    cfg.validate()
+    for cls in [*SECTIONS.values(), ModelConfig, StopCriteria]:
+        instance = cls()
+        for key in fields_of(cls):
+            config_mod.check_value(cls, key, getattr(instance, key), where="test")
+
+
+def test_keys_are_unique_across_sections_and_flat_dict_has_them_all():
+    keys = [key for _, key in ALL_KEYS]
+    assert len(keys) == len(set(keys))
+    assert set(PPOConfig().to_dict()) == {*keys, "algo"}
+    assert "env_step_timeout_s" in fields_of(SECTIONS["env_runners"])
+
+
+PATHS = ("builder", "table", "flat", "--set")
+
+
+def _apply(path, section, key, value):
+    """Set one key by one of the four ways a user can."""
+    if path == "builder":
+        return getattr(PPOConfig(), section)(**{key: value})
+    if path == "table":
+        return PPOConfig.from_dict({section: {key: value}})
+    if path == "flat":
+        return PPOConfig.from_dict({key: value})
+    return PPOConfig().update_from_dict(parse_overrides([f"{key}={_toml(value)}"]))
+
+
+# a valid non-default value for keys whose default is None (TOML has no None)
+_GOOD = {"env": "CartPole-v1", "seed": 7, "evaluation_interval": 2, "n_init_learners": 1,
+         "vf_clip_param": 1.0, "lr_schedule": [[0, 0.1]], "clip_param_schedule": [[0, 0.1]]}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("section, key", ALL_KEYS)
+def test_builder_toml_tables_flat_keys_and_set_accept_the_same_keys(section, key, path):
+    value = _GOOD.get(key, getattr(getattr(PPOConfig(), f"{section}_cfg"), key))
+    cfg = _apply(path, section, key, value)
+    assert getattr(cfg, key) == value
+    assert key in cfg._explicit
+
+
+def test_builder_methods_take_exactly_their_sections_keys():
+    for section, cls in SECTIONS.items():
+        params = inspect.signature(getattr(PPOConfig, section)).parameters
+        assert [p for p in params if p != "self"] == list(fields_of(cls)), section
+        assert all(params[k].kind is inspect.Parameter.KEYWORD_ONLY for k in fields_of(cls) if k != "env")
+        other = next(k for s, k in ALL_KEYS if s != section)
+        with pytest.raises(ConfigError, match=rf"unknown key {other!r} in {section}\(\)"):
+            getattr(PPOConfig(), section)(**{other: 1})
+    assert "env_step_timeout_s" in (PPOConfig.env_runners.__doc__ or "")
+
+
+def _wrong_type(tp_name):
+    return 3 if tp_name == "dict" else {"x": 1}
+
+
+# a value of the right type that its field's check refuses, per kind of check
+_BAD_BY_CHECK = {
+    config_mod.positive_int: 0,
+    config_mod.non_negative_int: -1,
+    config_mod.positive_float: 0.0,
+    config_mod.non_negative_float: -1.0,
+    config_mod.unit_interval: 1.5,
+    config_mod.check_schedule: [[10, 0.1], [5, 0.0]],
+    config_mod._fragment_length: "short",
+    config_mod._seed: -1,
+    config_mod._eval_overrides: {"lr": 1.0},
+    config_mod._hidden_sizes: [],
+}
+
+
+def _bad_values(cls, key):
+    tp, f = fields_of(cls)[key]
+    out = [_wrong_type(getattr(tp, "__name__", ""))]
+    check = f.metadata.get("check")
+    if check is not None:
+        out.append("nope" if check.__qualname__.startswith("one_of") else _BAD_BY_CHECK[check])
+    return out
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("section, key", ALL_KEYS)
+def test_a_bad_value_raises_in_every_path(section, key, path):
+    for bad in _bad_values(SECTIONS[section], key):
+        with pytest.raises(ConfigError, match=key):
+            _apply(path, section, key, bad)
+
+
+@pytest.mark.parametrize("key", list(fields_of(ModelConfig)))
+def test_bad_model_values_raise(key):
+    for bad in _bad_values(ModelConfig, key):
+        with pytest.raises(ConfigError, match=f"model {key}"):
+            PPOConfig().training(model={key: bad})
+    with pytest.raises(ConfigError, match="model fcnet_hiddens"):
+        PPOConfig().training(model={"fcnet_hiddens": []})
+    with pytest.raises(ConfigError, match=r"model fcnet_activation.*did you mean 'relu'"):
+        PPOConfig.from_dict({"training": {"model": {"fcnet_activation": "reluu"}}})
+
+
+def test_a_refused_call_changes_nothing():
+    cfg = PPOConfig()
+    with pytest.raises(ConfigError, match="num_envs_per_env_runner"):
+        cfg.env_runners(num_env_runners=5, num_envs_per_env_runner=0)
+    assert cfg.num_env_runners == 0 and "num_env_runners" not in cfg._explicit
+
+
+def test_validate_checks_values_written_into_the_sections():
+    cfg = PPOConfig().environment("CartPole-v1")
+    cfg.env_runners_cfg.env_step_timeout_s = 0.0
+    with pytest.raises(ConfigError, match="env_step_timeout_s must be a positive"):
+        cfg.validate()
+    cfg = PPOConfig().environment("CartPole-v1")
+    cfg.training_cfg.model = {"fcnet_hiddens": [0]}
+    with pytest.raises(ConfigError, match="fcnet_hiddens"):
+        cfg.validate()
+
+
+def test_section_dataclasses_keep_their_defaults_and_copies():
+    a, b = ModelConfig(), ModelConfig()
+    a.fcnet_hiddens.append(1)
+    assert b.fcnet_hiddens == [64, 64]
+    assert dataclasses.asdict(PPOConfig().env_runners_cfg)["env_step_timeout_s"] == 60.0
