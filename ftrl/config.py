@@ -244,7 +244,7 @@ class EnvRunnersConfig:
         check=one_of("numpy", "torch"),
     )
     max_weights_lag: int = option(
-        0, "drop fragments sampled with weights more than this many versions old (0: keep all)",
+        0, "use fragments sampled with weights at most this many versions behind the learner (0: the current version only)",
         check=non_negative_int,
     )
     weights_fanout: int = option(
@@ -277,7 +277,7 @@ class PPOTrainingConfig:
     gamma: float = option(0.99, "discount factor", check=unit_interval)
     lambda_: float = option(0.95, "GAE lambda", check=unit_interval)
     use_gae: bool = option(True, "generalized advantage estimation (else plain returns minus value)")
-    train_batch_size: int = option(4000, "env steps per training iteration", check=positive_int)
+    train_batch_size: int = option(4000, "env steps per training iteration, at least (every fragment a round asked for is used)", check=positive_int)
     minibatch_size: int = option(128, "steps per SGD minibatch", check=positive_int)
     num_epochs: int = option(10, "passes over each train batch", check=positive_int)
     clip_param: float = option(0.2, "PPO policy ratio clip", check=positive_float)
