@@ -49,3 +49,13 @@ def test_worker_killed_during_training_counts_each_moved_runner_once(make_cluste
     assert result["num_env_runner_restarts"] == runtime_restarts, (result["num_env_runner_restarts"], runtime_restarts)
     assert result["num_env_runner_restarts"] < 4 * len(moved)  # not an incarnation jump (1000s)
     assert result["num_env_runner_failures"] >= len(moved)
+
+
+def test_a_one_worker_cluster_never_excludes_its_only_node(make_cluster):
+    """Exclusion moves actors to other nodes; a one-worker local cluster has none, so by
+    default it never excludes (chaos at one kill per second would otherwise stop a long
+    run after max_node_failures kills). Two workers keep the limit."""
+    one = make_cluster(workers=1)
+    assert one.client().cluster_info()["max_node_failures"] == -1
+    two = make_cluster(workers=2)
+    assert two.client().cluster_info()["max_node_failures"] == 100
