@@ -23,6 +23,16 @@ its process dying when `remote_worker_envs=True`):
 - otherwise the error propagates out of `sample()`; the next call rebuilds the envs
   that failed and starts fresh episodes everywhere.
 A remote sub-env that does not answer within `sample_timeout_s` counts as hung (failed).
+
+Hung env (in-process sub-envs): a remote runner (an actor, worker_index >= 1) runs a
+`ProgressWatchdog` (ftrl.util.watchdog). While `sample()`/`evaluate()` runs, each vector
+step stamps progress; if no step completes for `env_step_timeout_s` the watchdog logs
+`event=WATCHDOG_KILL ... reason="env step hung for X s ..."` and ends the process with
+exit code `EXIT_WATCHDOG`, so the worker restarts it like any failed actor and the
+driver's runner group recovers it. A Python-level spin in `step` is caught (the watchdog
+thread still gets the GIL); a C extension spinning while holding the GIL is not. With
+`remote_worker_envs=True` the per-sub-env timeout above handles hung sub-envs first: the
+watchdog then waits at least `2 * sample_timeout_s + 10` s.
 """
 
 from __future__ import annotations
@@ -40,9 +50,11 @@ from ftrl.rl.filters import make_filter
 from ftrl.rl.policy import make_policy
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 from ftrl.rl.sub_env import SubEnvError, make_sub_env
+from ftrl.util.watchdog import ProgressWatchdog
 from ftrl.wire.errors import ConfigError
 
 _EPISODE_ID_STRIDE = 1 << 40
+_sq_sum = np.vdot
 
 
 def config_from_dict(config: dict | AlgorithmConfig) -> AlgorithmConfig:
@@ -64,6 +76,9 @@ class EnvRunner:
         space_spec: the spaces the driver expects (`SpaceSpec.to_dict()`); checked.
         set_torch_threads: with the torch inference backend, call torch.set_num_threads(1)
             (actors: yes). The numpy backend (default) never imports torch.
+        watchdog: kill this process when an env step hangs for `env_step_timeout_s`
+            (see the module docstring). None (default): on in a remote runner actor
+            (worker_index >= 1 inside an actor process), off in-process.
     """
 
     def __init__(
@@ -73,6 +88,7 @@ class EnvRunner:
         evaluation: bool = False,
         space_spec: dict | None = None,
         set_torch_threads: bool = True,
+        watchdog: bool | None = None,
     ):
         cfg = config_from_dict(config)
         if set_torch_threads and cfg.env_runners_cfg.inference_backend == "torch":
@@ -136,7 +152,7 @@ class EnvRunner:
         self._next_obs = np.zeros((e, d), np.float32)
         self._ep_ids = np.zeros(e, np.int64)
         self._ep_ret = [0.0] * e  # running return of each sub-env's episode (a list: hot loop)
-        self._ep_start = np.zeros(e, np.int64)  # vector step at which each episode began
+        self._ep_start = [0] * e  # vector step at which each episode began (a list: hot loop)
         self._vec_steps = 0
         self._next_episode = 0
         self._done_returns: list[float] = []
@@ -148,6 +164,18 @@ class EnvRunner:
         self.env_steps_total = 0
         self.episodes_total = 0
         self.num_samples = 0
+        self._watchdog: ProgressWatchdog | _Unwatched = _UNWATCHED
+        if watchdog is None:
+            from ftrl.client.context import get_runtime_context
+
+            ctx = get_runtime_context()
+            watchdog = ctx is not None and self.worker_index >= 1
+        if watchdog:
+            ctx_name = _own_name(f"env runner {self.worker_index}")
+            timeout = run.env_step_timeout_s
+            if self.remote_envs:  # hung sub-env processes are handled per step first
+                timeout = max(timeout, 2 * self.sub_env_timeout_s + 10.0)
+            self._watchdog = ProgressWatchdog(timeout, what="env step", name=ctx_name)
 
     # ------------------------------------------------------------------ env lifecycle
 
@@ -173,11 +201,12 @@ class EnvRunner:
 
     def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
         self.encoder.write(out, i, obs)
-        if not np.isfinite(out[i]).all():
+        if not math.isfinite(_sq_sum(out[i], out[i])) and not np.isfinite(out[i]).all():
             raise SubEnvError(i, "observation contains NaN or inf")
 
     def _reset_env(self, i: int, out: np.ndarray) -> None:
         """Reset sub-env i into out[i], recreating it if it fails and restarts are on."""
+        self._watchdog.stamp = time.monotonic()  # each (remote: bounded) reset is progress
         try:
             self._write_obs(out, i, self._envs[i].reset(seed=self._env_seed(i)))
         except SubEnvError as e:
@@ -191,6 +220,7 @@ class EnvRunner:
         """Replace sub-env i with a fresh one and reset it into out[i]."""
         last: BaseException = cause
         for _ in range(self.max_restart_attempts):
+            self._watchdog.stamp = time.monotonic()  # each attempt is bounded on its own
             self.num_sub_env_restarts += 1
             self._restarts_of[i] += 1
             try:
@@ -234,11 +264,23 @@ class EnvRunner:
         return self.policy.value(fobs)
 
     def _run(self, steps: int, explore: bool, record: bool, max_episodes: int | None = None) -> dict[str, np.ndarray] | None:
+        """`_steps` with the hung-env watchdog armed while it runs."""
+        wd = self._watchdog
+        wd.begin()
+        try:
+            return self._steps(steps, explore, record, max_episodes, wd)
+        finally:
+            wd.end()
+
+    def _steps(self, steps: int, explore: bool, record: bool, max_episodes: int | None,
+               wd: ProgressWatchdog | _Unwatched) -> dict[str, np.ndarray] | None:
         """Step all sub-envs `steps` times; return a time-major fragment if `record`.
 
-        The hot loop keeps per-step work in plain Python lists and tensor references
+        The hot loop keeps per-step work in plain Python lists and array references
         and builds the [T, E] arrays once at the end: one numpy conversion per fragment
-        instead of several per step.
+        instead of several per step. Episode ends are rare, so done flags are written
+        into preallocated arrays only at the steps that have one; the env loop also adds
+        up episode returns (no second pass over the envs).
         """
         if self._needs_reset or self._broken:
             self._full_reset()
@@ -247,12 +289,12 @@ class EnvRunner:
         b_tval = np.zeros((steps, e), np.float32) if record else None
         b_valid = np.ones((steps, e), bool) if record else None
         b_epid = np.empty((steps, e), np.int64) if record else None
+        b_term = np.zeros((steps, e), bool) if record else None
+        b_trunc = np.zeros((steps, e), bool) if record else None
         acts_t: list[np.ndarray] = []
         logps_t: list[np.ndarray] = []
         vals_t: list[np.ndarray] = []
         rew_rows: list[list[float]] = []
-        term_rows: list[list[bool]] = []
-        trunc_rows: list[list[bool]] = []
         filt = self.filter
         update_filter = record
         spec = self.spec
@@ -261,16 +303,23 @@ class EnvRunner:
         write = self.encoder.write
         remote = self.remote_envs
         step_fns = self._step_fns()
+        restarts_seen = self.num_sub_env_restarts
         ep_ret = self._ep_ret
+        ep_ids = self._ep_ids
         act = self.policy.act
+        now = time.monotonic
+        isfinite = math.isfinite
+        sq_sum = np.vdot  # x.x: NaN/inf (or a huge value) -> non-finite; cheapest check here
+        envs = range(e)
         t = -1
         for t in range(steps):
+            wd.stamp = now()  # progress for the hung-env watchdog: one store per vector step
             obs = self._obs
             fobs = filt(obs, update=update_filter)
             a_t, lp_t, v_t = act(fobs, explore)  # one batched forward for all sub-envs
             if record:
                 b_obs[t] = fobs
-                b_epid[t] = self._ep_ids
+                b_epid[t] = ep_ids
                 acts_t.append(a_t)
                 logps_t.append(lp_t)
                 vals_t.append(v_t)
@@ -282,8 +331,10 @@ class EnvRunner:
             failed: dict[int, SubEnvError] = {}
             if remote:
                 self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed)
+                for i in envs:
+                    ep_ret[i] += rew_l[i]
             else:
-                for i in range(e):
+                for i in envs:
                     try:
                         o, r, te, tr, _ = step_fns[i](env_actions[i])
                     except Exception as exc:
@@ -295,28 +346,33 @@ class EnvRunner:
                     else:
                         write(nxt, i, o)
                     rew_l[i] = r
-                    term_l[i] = te
-                    trunc_l[i] = tr
+                    ep_ret[i] += r  # a failed sub-env's return is set to NaN below
+                    if te:
+                        term_l[i] = True
+                    if tr:
+                        trunc_l[i] = True
             # one reduction each; a non-finite sum sends us to the exact per-env check
-            if not (math.isfinite(sum(rew_l)) and math.isfinite(nxt.sum())):
+            if not (isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))):
                 self._find_nan(nxt, rew_l, failed)
             if failed:
                 self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
                 step_fns = self._step_fns()
+                restarts_seen = self.num_sub_env_restarts
                 if record:
                     for i in failed:
                         b_valid[t, i] = False
-            for i in range(e):
-                ep_ret[i] += rew_l[i]
             self._vec_steps += 1
             if record:
                 rew_rows.append(rew_l)
-                term_rows.append(term_l)
-                trunc_rows.append(trunc_l)
             if True in term_l or True in trunc_l:
-                idx = [i for i in range(e) if term_l[i] or trunc_l[i]]
+                if record:
+                    b_term[t] = term_l
+                    b_trunc[t] = trunc_l
+                idx = [i for i in envs if term_l[i] or trunc_l[i]]
                 self._end_episodes(idx, failed, nxt, term_l, trunc_l, b_tval[t] if record else None)
-                step_fns = self._step_fns()
+                if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
+                    step_fns = self._step_fns()
+                    restarts_seen = self.num_sub_env_restarts
             self._obs, self._next_obs = nxt, obs
             if max_episodes is not None and len(self._done_returns) >= max_episodes:
                 break
@@ -326,12 +382,12 @@ class EnvRunner:
             return None
         return {
             "obs": b_obs,
-            "actions": np.stack(acts_t).astype(spec.action_dtype, copy=False),
+            "actions": np.concatenate(acts_t).reshape(steps, *acts_t[0].shape).astype(spec.action_dtype, copy=False),
             "rewards": np.array(rew_rows, np.float32).reshape(steps, e),
-            "terminateds": np.array(term_rows, bool).reshape(steps, e),
-            "truncateds": np.array(trunc_rows, bool).reshape(steps, e),
-            "logp": np.stack(logps_t).astype(np.float32, copy=False),
-            "values": np.stack(vals_t).astype(np.float32, copy=False),
+            "terminateds": b_term,
+            "truncateds": b_trunc,
+            "logp": np.concatenate(logps_t).reshape(steps, e).astype(np.float32, copy=False),
+            "values": np.concatenate(vals_t).reshape(steps, e).astype(np.float32, copy=False),
             "trunc_values": b_tval,
             "valid": b_valid,
             "episode_ids": b_epid,
@@ -354,6 +410,7 @@ class EnvRunner:
     ) -> None:
         """Start every child's step, then collect them (children step in parallel)."""
         envs = self._envs
+        wd, now = self._watchdog, time.monotonic
         for i, env in enumerate(envs):
             try:
                 env.step_start(env_actions[i])
@@ -369,6 +426,8 @@ class EnvRunner:
             except SubEnvError as err:
                 failed[i] = err
                 continue
+            finally:
+                wd.stamp = now()  # each answer (or timeout) of a child is progress
             self.encoder.write(nxt, i, o)
             rew_l[i] = r
             term_l[i] = te
@@ -415,10 +474,11 @@ class EnvRunner:
         if boot and tval_row is not None:
             finals = self.filter(nxt[boot], update=False)
             tval_row[boot] = self._values(finals)
+        vec_steps, ep_ret, ep_start = self._vec_steps, self._ep_ret, self._ep_start
         for i in idx:
             if i not in failed:
-                self._done_returns.append(float(self._ep_ret[i]))
-                self._done_lengths.append(int(self._vec_steps - self._ep_start[i]))
+                self._done_returns.append(float(ep_ret[i]))
+                self._done_lengths.append(vec_steps - ep_start[i])
                 self.episodes_total += 1
                 self._reset_env(i, nxt)
             else:
@@ -607,11 +667,31 @@ class EnvRunner:
         }
 
     def stop(self) -> None:
-        """Close every sub-env (and its process) and the weights plane server."""
+        """Close every sub-env (and its process), the watchdog and the weights plane server."""
+        self._watchdog.close()
         with self._lock:
             self._close_envs()
         if self._weights_plane is not None:
             self._weights_plane.close()
+
+
+class _Unwatched:
+    """Stands in for a ProgressWatchdog when none runs (in-process runners): the hot loop
+    stamps it all the same (one attribute store) instead of testing for None."""
+
+    stamp = 0.0
+
+    def begin(self) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_UNWATCHED = _Unwatched()
 
 
 # ---------------------------------------------------------------------- weight broadcast tree

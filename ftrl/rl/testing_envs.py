@@ -6,12 +6,20 @@
     ftrl.rl.testing_envs:make_dict_env     has a Dict observation space (unsupported)
     ftrl.rl.testing_envs:make_counter_env  deterministic: obs = step count, reward 1,
                                            episode of `episode_len` steps (terminates)
+    ftrl.rl.testing_envs:make_hang_env     CartPole whose `step` hangs after `hang_after`
+                                           steps (once per `marker` file)
 
 `make_flaky_env` env_config keys: `fail_every` (default 50), `scope` ("instance": count
 this instance's calls, the default; "process": count the calls of every flaky env in
 the process, so only one sub-env of a runner fails at a time), `mode` ("raise" |
 "exit" | "segfault" | "nan_obs" | "nan_reward"), `fail_in` ("step" | "reset"),
 `max_episode_steps` (default 500).
+
+`make_hang_env` env_config keys: `hang_after` (default 20: the step call that hangs),
+`mode` ("sleep": blocks in time.sleep, the GIL released; "spin": a Python busy loop),
+`hang_s` (default 3600: how long the hang lasts), `marker` (a file path: the first env
+to hang creates it, holding its pid, and no env hangs while it exists, so only the first
+process of a run hangs and a restarted runner works; without it every instance hangs).
 """
 
 from __future__ import annotations
@@ -94,6 +102,48 @@ class SlowEnv(gym.Wrapper):
 
 def make_slow_env(config: dict) -> gym.Env:
     return SlowEnv(gym.make("CartPole-v1"), sleep_s=float(config.get("sleep_s", 0.01)))
+
+
+class HangEnv(gym.Wrapper):
+    """CartPole whose `hang_after`-th step call hangs for `hang_s` seconds (see module doc)."""
+
+    def __init__(self, env: gym.Env, hang_after: int = 20, mode: str = "sleep", hang_s: float = 3600.0,
+                 marker: str = ""):
+        super().__init__(env)
+        if mode not in ("sleep", "spin"):
+            raise ValueError(f"unknown mode {mode!r}")
+        self.hang_after, self.mode, self.hang_s, self.marker = int(hang_after), mode, float(hang_s), marker
+        self.calls = 0
+
+    def _claim(self) -> bool:
+        """True if this env is the one to hang (it created the marker, or there is none)."""
+        if not self.marker:
+            return True
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, str(os.getpid()).encode())  # which process hangs (for tests)
+        finally:
+            os.close(fd)
+        return True
+
+    def step(self, action: Any):
+        self.calls += 1
+        if self.calls == self.hang_after and self._claim():
+            deadline = time.monotonic() + self.hang_s
+            if self.mode == "sleep":
+                time.sleep(self.hang_s)
+            else:
+                while time.monotonic() < deadline:  # holds the GIL between switch intervals
+                    pass
+        return self.env.step(action)
+
+
+def make_hang_env(config: dict) -> gym.Env:
+    config = dict(config)
+    return HangEnv(gym.make("CartPole-v1"), **config)
 
 
 def make_broken_env(config: dict) -> gym.Env:

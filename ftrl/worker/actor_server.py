@@ -3,6 +3,9 @@
 Async methods run on the event loop; sync methods run on a small thread pool
 (`max_concurrency` threads, 1 by default so calls are serialized like Ray's
 actors) so the loop keeps answering liveness pings during long calls.
+
+A sync method's result is encoded on its call thread (and, for a unary reply, joined
+into the one buffer the reply carries), so the loop only hands bytes to gRPC.
 """
 
 from __future__ import annotations
@@ -119,12 +122,18 @@ class ActorServicer(pb_grpc.ActorServicer):
             raise InvalidArgumentError("call payload must be [args list, kwargs map with str keys]")
         return call[0], call[1]
 
-    async def _execute(self, fn, args: list, kwargs: dict) -> tuple[list, int] | pb.RemoteError:
-        """Run the method; its encoded result, or the error to send back."""
+    async def _execute(self, fn, args: list, kwargs: dict, join: bool = False) -> tuple[list, int] | pb.RemoteError:
+        """Run the method; its encoded result (parts, total; one part if `join`), or the
+        error to send back. A sync method runs and is encoded on a call thread."""
         self.in_flight += 1
         try:
-            result = await self._run(fn, args, kwargs)
-            return codec.encode_parts(result)
+            if inspect.iscoroutinefunction(fn):
+                return _encode(await fn(*args, **kwargs), join)
+            loop = asyncio.get_running_loop()
+            outcome = await loop.run_in_executor(self.executor, _call_and_encode, fn, args, kwargs, join)
+            if isinstance(outcome, _Awaitable):  # a sync method that returned an awaitable
+                return _encode(await outcome.value, join)
+            return outcome
         except Exception as e:  # user code raised, or its result is not msgpack-able
             return remote_error(e)
         finally:
@@ -172,11 +181,10 @@ class ActorServicer(pb_grpc.ActorServicer):
         except FtrlError as e:
             await context.abort(*status_of(e))
             return None
-        outcome = await self._execute(fn, args, kwargs)
+        outcome = await self._execute(fn, args, kwargs, join=True)
         if isinstance(outcome, pb.RemoteError):
             return pb.CallChunk(error=outcome)
-        parts, total = outcome
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        (data,), total = outcome
         return pb.CallChunk(data=data, total_bytes=total)
 
     async def drain(self, grace_s: float) -> str:
@@ -204,6 +212,31 @@ class ActorServicer(pb_grpc.ActorServicer):
         if inspect.isawaitable(result):
             result = await result
         return result
+
+
+class _Awaitable:
+    """What a sync method returned when it is awaitable (awaited on the loop)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _encode(result: Any, join: bool) -> tuple[list, int]:
+    """A result as payload parts and their total size (one bytes part if `join`)."""
+    parts, total = codec.encode_parts(result)
+    if join and len(parts) != 1:
+        parts = [b"".join(parts)]
+    return parts, total
+
+
+def _call_and_encode(fn, args: list, kwargs: dict, join: bool) -> tuple[list, int] | _Awaitable:
+    """On a call thread: run a sync method and encode its result."""
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        return _Awaitable(result)
+    return _encode(result, join)
 
 
 def new_actor_server(servicer: ActorServicer, security, max_message: int) -> aio.Server:

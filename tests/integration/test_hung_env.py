@@ -1,0 +1,72 @@
+"""An env whose `step` hangs inside a runner actor: the runner's watchdog kills the
+process after `env_step_timeout_s`, the worker restarts it in place, and training goes on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ftrl.config import PPOConfig
+from tests.integration.conftest import event_seq, pid_gone, wait_event, wait_until
+
+JOB = "hung"
+
+
+def _config(mode: str, marker: str) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment("ftrl.rl.testing_envs:make_hang_env",
+                     env_config={"hang_after": 40, "mode": mode, "marker": marker})
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=2, env_step_timeout_s=2.0,
+                     sample_timeout_s=30.0)
+        .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+        .fault_tolerance(restart_failed_env_runners=True)
+        .debugging(seed=0)
+    )
+
+
+def _runners(client) -> dict[str, dict]:
+    return {a["name"]: a for a in client.actors() if a["name"].startswith(f"{JOB}/env_runner/")}
+
+
+@pytest.mark.parametrize("mode", ["sleep", "spin"])
+def test_hung_env_step_kills_and_restarts_the_runner(make_cluster, tmp_path, mode):
+    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    marker = tmp_path / "hung-once"
+    seq = event_seq(client)
+    algo = _config(mode, str(marker)).build(client=client, output_dir=tmp_path / "out", job_name=JOB)
+    try:
+        before = _runners(client)
+        assert len(before) == 2
+        t0 = time.monotonic()
+        results = []
+        # 32 steps per env per iteration: the hang comes in the 2nd iteration
+        while not marker.exists() and time.monotonic() - t0 < 20:
+            results.append(algo.train())
+        assert marker.exists(), "no env hung"
+        wait_until(lambda: marker.read_text().strip(), timeout=5, what="the marker's pid")
+        hung_pid = int(marker.read_text())
+        victim = next(name for name, a in before.items() if a["pid"] == hung_pid)
+        died = wait_event(client, seq, lambda e: e["type"] == "DIED" and e["actor"] == victim,
+                          prefix=JOB, timeout=30)
+        assert "watchdog" in died["message"] and "env step hung for" in died["message"], died
+        assert died["incarnation"] == before[victim]["incarnation"]
+        wait_until(lambda: pid_gone(hung_pid), timeout=10, what="the hung process to be gone")
+        # training goes on, and the group gets the restarted runner back
+        healthy = wait_until(lambda: (r := algo.train())["num_healthy_env_runners"] == 2 and r, timeout=30,
+                             what="both runners healthy again")
+        assert healthy["num_env_runner_restarts"] >= 1
+        for _ in range(2):
+            last = algo.train()
+        assert last["iteration"] > len(results) + 1
+        assert last["env_steps_sampled"] > healthy["env_steps_sampled"]
+        after = _runners(client)[victim]
+        assert after["state"] == "ALIVE" and after["pid"] != hung_pid
+        assert after["incarnation"] > before[victim]["incarnation"] and after["restarts"] >= 1
+        assert time.monotonic() - t0 < 60
+    finally:
+        algo.stop()
+    logs = "".join(p.read_text(errors="replace") for p in cluster.state_dir.rglob("*.log"))
+    assert "event=WATCHDOG_KILL" in logs
