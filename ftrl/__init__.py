@@ -8,60 +8,98 @@
     job = client.submit("examples/cartpole_ppo.toml", job_id="cp")   # or a PPOConfig, JobSpec, dict
     for row in client.results(job):                                  # until the job ends
         print(row["iteration"], row["episode_return_mean"])
+
+`import ftrl` is light: it loads no grpc, numpy or torch. Every public name is imported
+on first use (PEP 562 module `__getattr__`), so actor hosts, sub-env children and the
+`ftrl` CLI pay only for what they touch.
 """
 
 from __future__ import annotations
 
 import os as _os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ftrl._version import __version__ as __version__
 
 # Actor hosts are started with fork+exec from threads that use gRPC; gRPC's fork
 # handlers are not needed for that and only log noise.
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-__version__ = "0.1.0"
-
-from ftrl.client import (
-    FINAL_JOB_STAGES,
-    JOB_STAGES,
-    ActorHandle,
-    AsyncActorHandle,
-    AsyncClient,
-    Client,
-    RuntimeContext,
-    get_runtime_context,
-)
-from ftrl.wire.errors import (
-    ActorDiedError,
-    ActorError,
-    ActorStartError,
-    ActorUnavailableError,
-    AlreadyExistsError,
-    ConfigError,
-    FtrlError,
-    FtrlTimeoutError,
-    InvalidArgumentError,
-    MethodNotFoundError,
-    NotFoundError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    StaleIncarnationError,
-    UnauthenticatedError,
-)
+#: Public name -> the module that defines it (imported on first access).
+_LAZY: dict[str, str] = {
+    "ActorHandle": "ftrl.client.client",
+    "Client": "ftrl.client.client",
+    "AsyncActorHandle": "ftrl.client.aio",
+    "AsyncClient": "ftrl.client.aio",
+    "RuntimeContext": "ftrl.client.context",
+    "get_runtime_context": "ftrl.client.context",
+    "JOB_STAGES": "ftrl.client.jobs",
+    "local_cluster": "ftrl.client.cluster",
+    "PPOConfig": "ftrl.config",
+    "AlgorithmConfig": "ftrl.config",
+    "JobSpec": "ftrl.config",
+    "StopCriteria": "ftrl.config",
+    "load_job": "ftrl.config",
+    **{name: "ftrl.wire.errors" for name in (
+        "ActorDiedError", "ActorError", "ActorStartError", "ActorUnavailableError",
+        "AlreadyExistsError", "ConfigError", "FtrlError", "FtrlTimeoutError",
+        "InvalidArgumentError", "MethodNotFoundError", "NotFoundError",
+        "PermissionDeniedError", "ResourceExhaustedError", "StaleIncarnationError",
+        "UnauthenticatedError",
+    )},
+}
+#: Public names defined under another name in their module.
+_RENAMED: dict[str, tuple[str, str]] = {"FINAL_JOB_STAGES": ("ftrl.client.jobs", "FINAL_STAGES")}
+#: Subpackages reachable as attributes (`ftrl.client.cluster` after `import ftrl`).
+_SUBMODULES = frozenset({"cli", "client", "config", "coordinator", "launch", "rl", "util", "wire", "worker"})
 
 
 def __getattr__(name: str) -> Any:
-    # RL names load lazily so `import ftrl` stays light (no torch) for clients.
-    if name in ("PPOConfig", "AlgorithmConfig", "JobSpec", "StopCriteria", "load_job"):
-        from ftrl import config
+    """Import a public name on first use and keep it in the module's namespace."""
+    import importlib
 
-        return getattr(config, name)
-    if name == "local_cluster":
-        from ftrl.client.cluster import local_cluster
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _RENAMED:
+        module, attr = _RENAMED[name]
+        value = getattr(importlib.import_module(module), attr)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"ftrl.{name}")
+    else:
+        raise AttributeError(f"module 'ftrl' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return local_cluster
-    raise AttributeError(f"module 'ftrl' has no attribute {name!r}")
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_RENAMED, *_SUBMODULES})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of it runs
+    from ftrl.client.aio import AsyncActorHandle, AsyncClient
+    from ftrl.client.client import ActorHandle, Client
+    from ftrl.client.cluster import local_cluster  # noqa: F401
+    from ftrl.client.context import RuntimeContext, get_runtime_context
+    from ftrl.client.jobs import FINAL_STAGES as FINAL_JOB_STAGES
+    from ftrl.client.jobs import JOB_STAGES
+    from ftrl.config import AlgorithmConfig, JobSpec, PPOConfig, StopCriteria, load_job  # noqa: F401
+    from ftrl.wire.errors import (
+        ActorDiedError,
+        ActorError,
+        ActorStartError,
+        ActorUnavailableError,
+        AlreadyExistsError,
+        ConfigError,
+        FtrlError,
+        FtrlTimeoutError,
+        InvalidArgumentError,
+        MethodNotFoundError,
+        NotFoundError,
+        PermissionDeniedError,
+        ResourceExhaustedError,
+        StaleIncarnationError,
+        UnauthenticatedError,
+    )
 
 __all__ = [
     "ActorDiedError",

@@ -11,6 +11,12 @@ the process that started it dies; Linux ties that signal to the starting
 *thread*, so start a cluster from a thread that outlives it, e.g. the main one).
 Its processes run in their own session, so a Ctrl-C at the terminal reaches
 only the process that owns the cluster, which decides how to stop.
+
+`start()` starts the coordinator, then the workers, and returns once they joined.
+`launch()` starts them all at once (on a port picked here, so workers need not wait
+for the coordinator's port file) and returns: the workers' warm spares import while
+the coordinator starts and the caller does work of its own (`ftrl train` checks its
+job); `wait_coordinator()` and `wait_nodes()` then wait for them.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +35,17 @@ from pathlib import Path
 from ftrl.client.client import Client
 from ftrl.wire.errors import FtrlError, FtrlTimeoutError
 from ftrl.wire.security import Security, write_token_file
+
+#: How often a coordinator that exits at once is started again on another picked port
+#: (the picked port may be taken by another process before the coordinator binds it).
+PORT_ATTEMPTS = 3
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that nothing is bound to now, as the kernel picks one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 class LocalCluster:
@@ -44,7 +62,7 @@ class LocalCluster:
         actor_hang_timeout: float = 10.0,
         preload: str = "",
         spares: int = 1,
-        max_node_failures: int = 100,
+        max_node_failures: int | None = None,
         log_level: str = "INFO",
         auth: bool = True,
         port: int = 0,
@@ -70,7 +88,10 @@ class LocalCluster:
         self.actor_hang_timeout = actor_hang_timeout
         self.preload = preload
         self.spares = spares
-        self.max_node_failures = max_node_failures
+        # Excluding a node moves its actors to others; on a one-worker cluster there are
+        # none, so exclusion would only stop the run (chaos at one kill per second would
+        # exclude the only node after 100 s): by default only clusters of 2+ workers exclude.
+        self.max_node_failures = (100 if workers > 1 else -1) if max_node_failures is None else max_node_failures
         self.log_level = log_level
         self.port = port
         self.env = {**os.environ, **(env or {}), "FTRL_DIE_WITH_PARENT": "1"}
@@ -85,6 +106,8 @@ class LocalCluster:
         self.token = write_token_file(self.token_file) if auth else None
         self.coordinator_proc: subprocess.Popen | None = None
         self.worker_procs: dict[str, subprocess.Popen] = {}
+        self._worker_launch: dict[str, tuple[int | None, list[str] | None]] = {}  # slots, extra
+        self._port_picked = False  # the port was picked here, not given: another may be tried
         self._clients: list[Client] = []
 
     # ---------------------------------------------------------------- addresses
@@ -121,8 +144,17 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- processes
 
+    @property
+    def _port_file(self) -> Path:
+        return self.state_dir / "coordinator.port"
+
     def start_coordinator(self, timeout: float = 30.0, extra: list[str] | None = None) -> None:
-        port_file = self.state_dir / "coordinator.port"
+        """Start the coordinator (again: on the same port) and wait until it serves."""
+        self._spawn_coordinator(extra)
+        self._wait_port_file(timeout)
+
+    def _spawn_coordinator(self, extra: list[str] | None = None) -> None:
+        port_file = self._port_file
         with contextlib.suppress(FileNotFoundError):
             port_file.unlink()
         cmd = self._python(
@@ -135,6 +167,11 @@ class LocalCluster:
         with self._log("coordinator") as log:
             self.coordinator_proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env,
                                                      stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _wait_port_file(self, timeout: float) -> None:
+        """Wait until the coordinator wrote its port file (it serves); FtrlError if it exited."""
+        assert self.coordinator_proc is not None
+        port_file = self._port_file
         deadline = time.monotonic() + timeout
         while not port_file.exists():
             if self.coordinator_proc.poll() is not None:
@@ -142,12 +179,45 @@ class LocalCluster:
                                 f"see {self.state_dir / 'coordinator.log'}")
             if time.monotonic() > deadline:
                 raise FtrlTimeoutError(f"coordinator did not start within {timeout:g}s")
-            time.sleep(0.02)
+            time.sleep(0.01)
         self.port = int(port_file.read_text().strip())
+
+    def launch(self) -> LocalCluster:
+        """Start the coordinator and the workers without waiting for them. Without a
+        given port one is picked here so the workers can start at once (they retry
+        until the coordinator serves). Then `wait_coordinator()`, and `wait_nodes()`
+        for the workers to have joined (actors created before wait there)."""
+        if self.port == 0:
+            self.port, self._port_picked = free_port(), True
+        self._spawn_coordinator()
+        for _ in range(self.num_workers):
+            self.start_worker()
+        return self
+
+    def wait_coordinator(self, timeout: float = 30.0) -> None:
+        """Wait until the launched coordinator serves. One that exits at once on a port
+        picked here (taken meanwhile) is started again on another, with the workers."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._wait_port_file(timeout)
+                return
+            except FtrlTimeoutError:
+                raise
+            except FtrlError:
+                if not self._port_picked or attempt == PORT_ATTEMPTS:
+                    raise
+            self.port = free_port()
+            for node_id, proc in list(self.worker_procs.items()):
+                proc.kill()  # it knows the wrong port; its spares die with it
+                proc.wait(10.0)
+                slots, extra = self._worker_launch[node_id]
+                self.start_worker(node_id, slots, extra)
+            self._spawn_coordinator()
 
     def start_worker(self, node_id: str | None = None, slots: int | None = None,
                      extra: list[str] | None = None) -> str:
         node_id = node_id or f"local-{len(self.worker_procs)}"
+        self._worker_launch[node_id] = (slots, extra)
         cmd = self._python(
             "worker", "--coordinator", self.address, "--node-id", node_id,
             "--actor-hang-timeout", str(self.actor_hang_timeout), "--spares", str(self.spares),
@@ -185,6 +255,9 @@ class LocalCluster:
             client.close()
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start the coordinator, then the workers; return once every worker joined.
+        (Workers started beside the coordinator, as `launch()` does, first fail to reach
+        it and join ~0.2 s later; their spares start sooner, which `ftrl train` wants.)"""
         try:
             self.start_coordinator()
             ids = [self.start_worker() for _ in range(self.num_workers)]

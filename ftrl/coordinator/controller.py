@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ftrl import __version__
+from ftrl._version import __version__
 from ftrl.coordinator.events import EventLog
 from ftrl.coordinator.failover import MAX_INCARNATION, Failover
 from ftrl.coordinator.launcher import LoggingLauncher, NodeLauncher

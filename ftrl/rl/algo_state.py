@@ -7,7 +7,8 @@ when a run may continue from it.
 
 A checkpoint holds the counters (iteration, env steps, training time), the config and
 space spec it was made with, the learner's state, the observation filter, the episode
-window, the runners' failure counters and the global RNG states (python, numpy, torch).
+window, the runners' failure counters and the global RNG states (python, numpy, torch;
+`ftrl.util.rng_state`).
 `check_resume_compatible` refuses a checkpoint made for another algorithm, env,
 observation filter, model or spaces.
 
@@ -19,17 +20,14 @@ that overrides one of them still sees it used.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.env_runner import config_from_dict
 from ftrl.rl.spaces import SpaceSpec
+from ftrl.util.rng_state import global_rng_from_wire, global_rng_to_wire
 from ftrl.wire.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -60,7 +58,7 @@ def get_state(algo: Algorithm) -> dict[str, Any]:
         "filter": algo.filter.get_state(),
         "episodes": algo.episodes.get_state(),
         "runner_counters": runner_counters(algo),
-        "rng": rng_to_wire(),
+        "rng": global_rng_to_wire(),
         "saved_at": time.time(),
     }
 
@@ -77,7 +75,7 @@ def set_state(algo: Algorithm, state: dict[str, Any]) -> None:
     algo._time_base = float(state.get("time_s", 0.0))
     # applied once the runners exist (restore_runner_counters)
     algo._saved_runner_counters = state.get("runner_counters") or {}
-    rng_from_wire(state.get("rng") or {})
+    global_rng_from_wire(state.get("rng") or {})
     algo._last_checkpoint_iter = algo.iteration
 
 
@@ -162,45 +160,3 @@ def restore_runner_counters(algo: Algorithm) -> None:
         algo.eval_runner_group.set_counters(saved["eval_runners"])
     if algo.local_runner is not None and "local_sub_env_restarts" in saved:
         algo.local_runner.num_sub_env_restarts += int(saved["local_sub_env_restarts"])
-
-
-# --------------------------------------------------------------------------- RNG state on the wire
-
-
-def rng_to_wire() -> dict[str, Any]:
-    """The global python, numpy and torch RNG states, msgpack + numpy only."""
-    return {
-        "python": _python_rng_to_wire(random.getstate()),
-        "numpy": _np_global_state_to_wire(),
-        "torch": torch.get_rng_state().numpy().copy(),
-    }
-
-
-def rng_from_wire(rng: dict[str, Any]) -> None:
-    """Set the global RNG states from `rng_to_wire()` output (missing keys: left as is)."""
-    if "python" in rng:
-        random.setstate(_python_rng_from_wire(rng["python"]))
-    if "numpy" in rng:
-        _np_global_state_from_wire(rng["numpy"])
-    if "torch" in rng:
-        torch.set_rng_state(torch.from_numpy(np.asarray(rng["torch"], np.uint8).copy()))
-
-
-def _python_rng_to_wire(state: tuple) -> list:
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _python_rng_from_wire(state: list) -> tuple:
-    version, internal, gauss = state
-    return (int(version), tuple(int(x) for x in internal), gauss)
-
-
-def _np_global_state_to_wire() -> list:
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return [name, np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(cached)]
-
-
-def _np_global_state_from_wire(state: list) -> None:
-    name, keys, pos, has_gauss, cached = state
-    np.random.set_state((str(name), np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(cached)))

@@ -32,8 +32,8 @@ import torch
 
 from ftrl.rl.mesh import EpochMesh, MeshChanged
 from ftrl.rl.spaces import SpaceSpec
+from ftrl.util.imports import import_class
 from ftrl.wire.errors import FtrlError, InvalidArgumentError, PermissionDeniedError
-from ftrl.worker.host import import_class
 
 log = logging.getLogger(__name__)
 

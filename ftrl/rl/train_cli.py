@@ -23,7 +23,9 @@ one (default: the embedded local cluster, real coordinator and worker processes 
 127.0.0.1 with their state and logs in DIR/.ftrl-cluster, torn down at the end). If the
 driver dies it is restarted in place, re-attaches to the runners that stayed up and
 resumes from its newest checkpoint; the follower goes on following. The config and the
-environment are checked here first, so a bad job fails before any process starts.
+environment are checked here, so a bad job fails before it is submitted (the embedded
+cluster's processes start beside that check, to save time, and are stopped). This
+process imports no torch: only the driver actor's does.
 `--in-process` runs the driver in this process instead (runners still on a cluster
 when num_env_runners > 0).
 Ctrl-C (or SIGTERM) stops the job after the current iteration with a final checkpoint
@@ -39,6 +41,7 @@ import json
 import logging
 import math
 import re
+import shutil
 import signal
 import sys
 import time
@@ -77,7 +80,8 @@ def add_job_arguments(parser: argparse.ArgumentParser, config_positional: bool =
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override any config key (value in TOML syntax), e.g. --set lr=1e-3",
+        help="override any config key (value in TOML syntax), e.g. --set lr=1e-3; "
+        "`python -m ftrl.config` lists every key with its doc",
     )
 
 
@@ -150,10 +154,11 @@ EMBEDDED_STATE_DIR = ".ftrl-cluster"
 
 def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -> Any:
     """The embedded local cluster sized for the job's runners (the driver takes no slot),
-    its state and logs in OUTPUT/.ftrl-cluster (an earlier run's jobs forgotten)."""
-    from ftrl.rl.algorithm import embedded_cluster_for
+    its state and logs in OUTPUT/.ftrl-cluster (an earlier run's jobs forgotten). Made
+    without torch: only the driver actor's process loads it (see ftrl.rl.embedded)."""
+    from ftrl.rl.embedded import embedded_cluster_for
 
-    return embedded_cluster_for(config, fresh=True,
+    return embedded_cluster_for(config, driver=not getattr(args, "in_process", False), fresh=True,
                                 state_dir=str(output_dir(args, config).resolve() / EMBEDDED_STATE_DIR))
 
 
@@ -308,6 +313,8 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
     progress = Progress(enabled=not getattr(args, "quiet", False))
     if getattr(args, "in_process", False):
         return _train_here(args, job, output, progress, cluster_factory)
+    if cluster_factory is None and not getattr(args, "coordinator", None):
+        return _exit_code(lambda: _train_on_embedded(args, job, output, progress))
     try:
         resume_from = check_job(job, output if getattr(args, "resume", False) else None)
     except ConfigError as e:
@@ -321,6 +328,35 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
             return _submit_and_follow(client, args, job, output, progress)
 
     return _exit_code(follow)
+
+
+def _train_on_embedded(args: argparse.Namespace, job: JobSpec, output: Path, progress: Progress) -> int:
+    """The default `ftrl train`: the job on an embedded cluster whose processes start
+    while this one checks the job (a bad job stops them before it is submitted); the
+    job is submitted once the coordinator serves (its driver waits for the worker to
+    join, which is checked after) and followed; the cluster is torn down at the end."""
+    new_output = not output.exists()
+    with _sigterm_as_interrupt():
+        cluster = default_cluster_factory(args, job.config)
+        try:
+            cluster.launch()
+            try:
+                resume_from = check_job(job, output if getattr(args, "resume", False) else None)
+            except ConfigError as e:
+                print(f"ftrl train: config error: {e}", file=sys.stderr)
+                cluster.stop()
+                if new_output:  # leave no output dir behind for a job that never ran
+                    shutil.rmtree(output / EMBEDDED_STATE_DIR, ignore_errors=True)
+                    with contextlib.suppress(OSError):
+                        output.rmdir()
+                return 2
+            if resume_from is not None:
+                print(f"ftrl train: resuming from {resume_from}", file=sys.stderr)
+            cluster.wait_coordinator()
+            return _submit_and_follow(cluster.client(), args, job, output, progress,
+                                      after_submit=lambda: cluster.wait_nodes(list(cluster.worker_procs)))
+        finally:
+            cluster.stop()
 
 
 def _exit_code(run: Callable[[], int]) -> int:
@@ -346,7 +382,6 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     work, or (with `resume_from`) a checkpoint this config cannot continue; corrupt
     checkpoints are reported (and skipped) here too. Returns the checkpoint a resume
     starts from (None: from the start)."""
-    from ftrl.rl.algo_state import check_resume_compatible
     from ftrl.rl.checkpoint import CheckpointManager
     from ftrl.rl.env_factory import probe_spaces
     from ftrl.rl.spaces import space_spec
@@ -362,6 +397,8 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     if found is None:
         print(f"ftrl train: no valid checkpoint in {resume_from}; starting fresh", file=sys.stderr)
         return None
+    from ftrl.rl.algo_state import check_resume_compatible
+
     check_resume_compatible(config, spec, found[0])
     return found[1]
 
@@ -373,11 +410,14 @@ FOLLOW_OUTAGE_S = 300.0
 
 
 def _submit_and_follow(client: Any, args: argparse.Namespace, job: JobSpec, output: Path,
-                       progress: Progress) -> int:
-    """Submit the job, show its progress until it ends (Ctrl-C: stop it with a final
-    checkpoint; again: abort), print the summary; returns the exit code."""
+                       progress: Progress, after_submit: Callable[[], None] | None = None) -> int:
+    """Submit the job, (call `after_submit`,) show its progress until it ends (Ctrl-C:
+    stop it with a final checkpoint; again: abort), print the summary; returns the exit
+    code."""
     remote = bool(getattr(args, "coordinator", None))
     job_id = _submit_or_attach(client, args, job, output)
+    if after_submit is not None:
+        after_submit()
     if getattr(args, "detach", False):
         where = f" --coordinator {args.coordinator}"
         print(job_id, flush=True)

@@ -43,10 +43,11 @@ from pathlib import Path
 
 import grpc
 
-from ftrl import __version__
+from ftrl._version import __version__
 from ftrl.util.backoff import Backoff
 from ftrl.util.logfmt import actor_fields, kv
 from ftrl.util.restart_policy import RestartPolicy
+from ftrl.util.watchdog import exit_reason
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.errors import (
@@ -130,7 +131,8 @@ def describe_exit(code: int | None) -> str:
             return f"killed by signal {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
-    return f"exited with code {code}"
+    known = exit_reason(code)
+    return f"exited with code {code}" + (f" ({known})" if known else "")
 
 
 def log_tail(path: Path, lines: int = 12, max_bytes: int = 8192) -> str:

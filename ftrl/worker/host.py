@@ -32,27 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ftrl.util.imports import import_class
 from ftrl.util.runtime import die_with_parent, run_async, setup_logging
 from ftrl.worker.pipe import read_frame, write_frame
 
 log = logging.getLogger("ftrl.actor")
-
-
-def import_class(class_path: str) -> type:
-    """Import 'package.module:Class' (nested 'Outer.Inner' allowed)."""
-    module_name, _, qualname = class_path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ImportError(f"cannot import module {module_name!r} of class path {class_path!r}: {e}") from e
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ImportError(f"module {module_name!r} has no attribute {qualname!r} (class path {class_path!r})") from None
-    if not isinstance(obj, type):
-        raise TypeError(f"{class_path!r} is a {type(obj).__name__}, not a class")
-    return obj
 
 
 def _set_title(title: str) -> None:

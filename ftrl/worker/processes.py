@@ -2,6 +2,14 @@
 
 The worker learns of a child's exit from the event loop's child watcher (a
 SIGCHLD-driven wait), so a death is noticed at once, not by polling.
+
+The pool's preload spec (`ftrl worker --preload`) is `MODULES[;first:MODULES]`, each
+MODULES a comma-separated list: every spare imports the first list ahead; with
+`first:` one more spare, started at once beside them and never refilled, imports the
+second list and goes to the worker's first actor. An embedded cluster whose first actor
+is known uses it: `ftrl train`'s is the job's driver, which needs torch while its env
+runners (numpy inference) do not, so only that one process loads torch, and does so
+while the cluster is still starting.
 """
 
 from __future__ import annotations
@@ -150,6 +158,19 @@ async def spawn_host(preload: str, log_path: Path, env: dict[str, str]) -> Actor
     return host
 
 
+def parse_preload(spec: str) -> tuple[str, str]:
+    """(modules of every spare, modules of the first actor's spare) of a preload spec
+    `MODULES[;first:MODULES]`; ValueError for another part after the `;`."""
+    common, _, rest = spec.partition(";")
+    first = ""
+    for part in filter(None, (p.strip() for p in rest.split(";"))):
+        key, sep, modules = part.partition(":")
+        if not sep or key.strip() != "first":
+            raise ValueError(f"preload part {part!r} is not first:MODULES")
+        first = modules.strip()
+    return common.strip(), first
+
+
 #: What spare hosts print before an assignment: a name no actor's log can have (an actor
 #: name never starts with "."), so an actor named "spares" gets a file of its own.
 SPARES_LOG = ".spares.log"
@@ -160,17 +181,20 @@ class SparePool:
 
     def __init__(self, size: int, preload: str, log_dir: Path, env: dict[str, str]) -> None:
         self.size = size
-        self.preload = preload
+        self.preload, self.first_preload = parse_preload(preload)
         self.log_dir = log_dir
         self.env = env
         self._spares: deque[ActorProcess] = deque()
+        self._first: ActorProcess | None = None  # the first actor's spare, until taken
+        self._first_used = not self.first_preload
         self._wake = asyncio.Event()
         self._backoff = Backoff(base=0.5, cap=10.0)
         self._count = 0
 
-    async def _spawn(self) -> ActorProcess:
+    async def _spawn(self, preload: str | None = None) -> ActorProcess:
         self._count += 1
-        host = await spawn_host(self.preload, self.log_dir / SPARES_LOG, self.env)
+        host = await spawn_host(self.preload if preload is None else preload, self.log_dir / SPARES_LOG,
+                                self.env)
         host.ready_task = asyncio.get_running_loop().create_task(self._await_ready(host))
         return host
 
@@ -184,8 +208,16 @@ class SparePool:
                 host.ready.set_exception(EOFError(f"spare {host.pid} died before it was ready: {e}"))
 
     async def acquire(self) -> ActorProcess:
-        """A started host (ready or still importing); a new spare is started behind it."""
+        """A started host (ready or still importing); a new spare is started behind it.
+        The first call gets the first actor's spare (see the module doc) if it lives."""
         host = None
+        if not self._first_used:
+            self._first_used = True
+            first, self._first = self._first, None
+            if first is not None and first.returncode is None:
+                return first  # not a pool spare: nothing to refill
+            if first is not None:
+                first.close()
         while self._spares:
             candidate = self._spares.popleft()
             if candidate.returncode is None:
@@ -198,8 +230,21 @@ class SparePool:
         return host
 
     async def maintain(self) -> None:
-        """Refill the pool; runs until cancelled."""
+        """Refill the pool; runs until cancelled. The first actor's spare (if any) is
+        started first, and the pool's spares beside it without waiting for it."""
         try:
+            if not self._first_used:
+                try:
+                    first = await self._spawn(self.first_preload)
+                except OSError as e:  # the first actor takes a pool spare instead
+                    log.warning("cannot start the first actor's spare process: %s", e)
+                    self._first_used = True
+                else:
+                    if self._first_used:  # the first actor came while it was spawned
+                        first.signal(signal.SIGKILL)
+                        first.close()
+                    else:
+                        self._first = first
             while True:
                 self._spares = deque(h for h in self._spares if h.returncode is None)
                 while len(self._spares) < self.size:
@@ -211,7 +256,10 @@ class SparePool:
                         continue
                     self._spares.append(host)
                     try:
-                        await asyncio.wait_for(asyncio.shield(host.ready), 120)
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                        # cancel that comes as the wait ends, and the pool never stops
+                        async with asyncio.timeout(120):
+                            await asyncio.shield(host.ready)
                         self._backoff.reset()
                     except (TimeoutError, EOFError) as e:
                         log.warning("spare process failed: %s (see %s)", e, self.log_dir / SPARES_LOG)
@@ -219,10 +267,13 @@ class SparePool:
                         host.signal(signal.SIGKILL)
                         await asyncio.sleep(self._backoff.next_delay())
                 self._wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 5.0)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(5.0):
+                        await self._wake.wait()
         finally:
-            for host in self._spares:
+            unused = [*self._spares, *([self._first] if self._first is not None else [])]
+            for host in unused:
                 host.signal(signal.SIGKILL)
                 host.close()
             self._spares.clear()
+            self._first = None
