@@ -41,10 +41,6 @@ def spare_preload(config: Any, driver: bool = True) -> str:
         return runners
     algorithm_module = str(getattr(config, "algorithm_path", "") or "").partition(":")[0]
     driver_modules = [DRIVER_MODULE, algorithm_module]
-    if config.learners_cfg.num_learners == 0:
-        # the learner (in the driver) makes a torch.optim optimizer, whose first use
-        # imports torch._dynamo: as long again as torch itself, so it is done ahead too
-        driver_modules.append("torch._dynamo")
     return f"{runners};first:{','.join(m for m in driver_modules if m)}"
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ftrl.config import AlgorithmConfig
+from ftrl.rl.flat_adam import FlatAdam
 from ftrl.rl.models import ActorCritic
 from ftrl.rl.sample_batch import check_fragment
 from ftrl.rl.spaces import SpaceSpec
@@ -101,7 +102,7 @@ class PPOLearner:
         self.rng = np.random.default_rng(seed)
         self.model = ActorCritic(self.spec, self.config.model_config).to(self.device)
         self._flat, self._flat_grad = _flatten_parameters([p for p in self.model.parameters() if p.requires_grad])
-        self.optimizer = _adam([self._flat], lr=self.hp.lr, eps=self.hp.adam_epsilon)
+        self.optimizer = FlatAdam(self._flat, lr=self.hp.lr, eps=self.hp.adam_epsilon)
         self._init_optimizer_state()
         self.version = 0
         self.num_updates = 0
@@ -410,15 +411,6 @@ def _flatten_parameters(params: list[torch.nn.Parameter]) -> tuple[torch.nn.Para
     flat_param = torch.nn.Parameter(flat)
     flat_param.grad = flat_grad
     return flat_param, flat_grad
-
-
-def _adam(params: Any, lr: float, eps: float) -> torch.optim.Adam:
-    """Adam with the fastest CPU implementation available (fused, else foreach)."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
 
 
 def _optimizer_state_to_wire(state: dict[str, Any]) -> dict[str, Any]:

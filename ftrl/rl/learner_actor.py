@@ -20,8 +20,6 @@ It owns a PPOLearner and an EpochMesh. Life of a member:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
@@ -30,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ftrl.rl.learner_group import learner_config_hash
 from ftrl.rl.mesh import EpochMesh, MeshChanged
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.imports import import_class
@@ -39,17 +38,6 @@ log = logging.getLogger(__name__)
 
 WATCH_WAIT_S = 20.0
 LOCK_TIMEOUT_S = 120.0
-
-
-def learner_config_hash(config: dict, space_spec: dict) -> str:
-    """What members of one mesh must share: algorithm, spaces, model and the training
-    hyperparameters (a member with another model shape could not all-reduce)."""
-    keys = ("algo", "model", "num_epochs", "minibatch_size", "clip_param", "clip_param_schedule",
-            "vf_loss_coeff", "entropy_coeff", "grad_clip", "normalize_advantages", "adam_epsilon",
-            "gamma", "lambda_", "use_gae", "vf_clip_param", "lr", "lr_schedule",
-            "num_gpus_per_learner")  # gloo or NCCL: one backend per mesh
-    data = {"config": {k: config.get(k) for k in keys}, "space_spec": space_spec}
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 class LearnerActor:

@@ -27,6 +27,8 @@ It has the interface of an in-process learner (`update`, `get_weights`, `get_sta
 from __future__ import annotations
 
 import concurrent.futures as cf
+import hashlib
+import json
 import logging
 import math
 import threading
@@ -37,7 +39,6 @@ import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot
-from ftrl.rl.learner_actor import learner_config_hash
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -63,6 +64,18 @@ GRACE_S = 5.0
 #: while starting) before the run ends; between them, a growing pause.
 MAX_START_FAILURES = 5
 LEARNER_START_TIMEOUT_S = 300.0
+
+
+
+def learner_config_hash(config: dict, space_spec: dict) -> str:
+    """What members of one mesh must share: algorithm, spaces, model and the training
+    hyperparameters (a member with another model shape could not all-reduce)."""
+    keys = ("algo", "model", "num_epochs", "minibatch_size", "clip_param", "clip_param_schedule",
+            "vf_loss_coeff", "entropy_coeff", "grad_clip", "normalize_advantages", "adam_epsilon",
+            "gamma", "lambda_", "use_gae", "vf_clip_param", "lr", "lr_schedule",
+            "num_gpus_per_learner")  # gloo or NCCL: one backend per mesh
+    data = {"config": {k: config.get(k) for k in keys}, "space_spec": space_spec}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 class LearnerGroupError(FtrlError):
