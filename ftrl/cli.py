@@ -353,7 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kill and restart an actor that does not answer pings this long")
     p.add_argument("--actor-start-timeout", type=_positive(float), default=300.0, metavar="S")
     p.add_argument("--spares", type=int, default=1, help="warm spare processes kept for fast restarts")
-    p.add_argument("--preload", default="", help="modules spares import ahead, e.g. torch,gymnasium")
+    p.add_argument("--preload", default="", help="modules spares import ahead, e.g. ftrl.rl.env_runner,gymnasium; "
+                   "MODULES;first:MODULES2 also starts one spare with MODULES2 for the first actor "
+                   "(e.g. a job's driver that needs torch)")
     p.add_argument("--log-dir", help="where actor logs go (one file per actor; default "
                    "/tmp/ftrl-UID/NODE/logs)")
     p.add_argument("--log-max-bytes", type=_positive(int), default=50 << 20, metavar="B",
