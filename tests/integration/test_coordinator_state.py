@@ -82,7 +82,7 @@ def test_corrupt_database_refuses_then_recover_rebuilds(make_cluster):
 
 def test_worker_of_another_version_is_refused_and_exits(make_cluster):
     cl = make_cluster(workers=0)
-    code = ("import sys, ftrl; ftrl.__version__ = '0.0.9'; from ftrl.cli import main; "
+    code = ("import sys, ftrl._version; ftrl._version.__version__ = '0.0.9'; from ftrl.cli import main; "
             "sys.exit(main(sys.argv[1:]))")
     worker = subprocess.run(
         [sys.executable, "-c", code, "worker", "--coordinator", cl.address, "--node-id", "old",
