@@ -8,7 +8,9 @@ inference). Prints ONE JSON object.
 For each runner count it reports total steps/s with requests pipelined (each runner gets
 its next sample() as soon as it answers) and in synchronous rounds (all runners, then
 wait for all: what PPO does), and `per_core_vs_plain` = (steps/s / min(runners, cores))
-/ plain-loop steps/s, all measured in alternating chunks so load noise hits each alike. Target (issue 3): >= 0.85. `in_process_runner_vs_plain` measures
+/ plain-loop steps/s, all measured in alternating chunks so load noise hits each alike. Target (issue 3): >= 0.85.
+`sync_rounds_channel` is the synchronous rounds over the sample channel (ftrl.rl.sample_plane,
+what EnvRunnerGroup uses on a non-TLS cluster) instead of actor RPC. `in_process_runner_vs_plain` measures
 the EnvRunner code alone (no RPC) against the plain loop, interleaved to cancel noise.
 """
 
@@ -32,6 +34,7 @@ import numpy as np  # noqa: E402
 from ftrl.config import PPOConfig  # noqa: E402
 from ftrl.rl.env_runner import EnvRunner  # noqa: E402
 from ftrl.rl.policy import make_policy  # noqa: E402
+from ftrl.rl.sample_plane import SampleChannel  # noqa: E402
 from ftrl.rl.spaces import space_spec  # noqa: E402
 
 RUNNER = "ftrl.rl.env_runner:EnvRunner"
@@ -124,19 +127,45 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
                     futs[h.submit("sample")] = h
         return steps / (time.perf_counter() - t0)
 
+    overhead: dict[str, list[float]] = {"rpc": [], "channel": []}
+
+    def round_of(kind: str, submit) -> int:
+        """Run one round (`submit()` starts it); note its overhead: wall time beyond the
+        slowest sample() (with more runners than cores this includes waiting for a core)."""
+        t = time.perf_counter()
+        results = [f.result() for f in submit()]
+        wall = time.perf_counter() - t
+        overhead[kind].append(wall - max(r["sample_time_s"] for r in results))
+        return sum(r["env_steps"] for r in results)
+
     def rounds(sec: float) -> float:
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < sec:
-            for f in [h.submit("sample") for h in handles]:
-                steps += f.result()["env_steps"]
+            steps += round_of("rpc", lambda: [h.submit("sample") for h in handles])
+        return steps / (time.perf_counter() - t0)
+
+    # the sample channel (ftrl.rl.sample_plane), as EnvRunnerGroup uses it
+    token = client._aio.security.token
+    channels = []
+    for h in handles:
+        info = h.call("sample_address")
+        channels.append(SampleChannel(info["address"], token, info["incarnation"]))
+
+    def channel_rounds(sec: float) -> float:
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < sec:
+            steps += round_of("channel", lambda: [c.submit({}, 0, 60.0) for c in channels])
         return steps / (time.perf_counter() - t0)
 
     chunks = max(3, int(seconds))
-    p, a, b = [], [], []
+    p, a, b, c = [], [], [], []
     for _ in range(chunks):
         p.append(plain.run(seconds / chunks))
         a.append(pipelined(seconds / chunks))
         b.append(rounds(seconds / chunks))
+        c.append(channel_rounds(seconds / chunks))
+    for ch in channels:
+        ch.close()
     for h in handles:
         client.kill_actor(h.name)
     plain_med = statistics.median(p)
@@ -148,6 +177,11 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         "sync_rounds_steps_per_s": round(statistics.median(b)),
         "per_core_vs_plain": round(statistics.median(a) / used / plain_med, 3),
         "per_core_vs_plain_sync_rounds": round(statistics.median(b) / used / plain_med, 3),
+        "sync_rounds_channel_steps_per_s": round(statistics.median(c)),
+        "per_core_vs_plain_sync_rounds_channel": round(statistics.median(c) / used / plain_med, 3),
+        # median ms a synchronous round takes beyond its slowest sample() (transport + waits)
+        "round_overhead_ms_rpc": round(1000 * statistics.median(overhead["rpc"]), 2),
+        "round_overhead_ms_channel": round(1000 * statistics.median(overhead["channel"]), 2),
     }
 
 

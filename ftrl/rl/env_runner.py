@@ -118,6 +118,7 @@ class EnvRunner:
         self._seed = None if seed is None else seed + 10_007 * self.worker_index + (500_009 if evaluation else 0)
         self._lock = threading.RLock()
         self._weights_plane: Any = None  # WeightsNode, started on first use
+        self._sample_server: Any = None  # SampleServer, started on first sample_address()
         self._plane_lock = threading.Lock()
 
         self._envs: list[Any] = []
@@ -498,7 +499,11 @@ class EnvRunner:
     def __ftrl_drain__(self) -> str:
         """The node drains (pre-emption, scancel, systemctl stop): calls run one at a
         time, so this returns once the sample in flight has been answered, and the
-        driver's iteration can finish (and checkpoint) instead of losing the fragment."""
+        driver's iteration can finish (and checkpoint) instead of losing the fragment.
+        A sample on the sample channel is waited for too (up to the sample timeout)."""
+        server = self._sample_server
+        if server is not None and not server.wait_idle(max(self.config.env_runners_cfg.sample_timeout_s, 1.0)):
+            return "the sample in flight on the sample channel was not answered in time"
         return "the sample in flight was answered"
 
     def sample(self, explore: bool | None = None) -> dict[str, Any]:
@@ -575,6 +580,26 @@ class EnvRunner:
         """host:port of this runner's server on the weights plane (started on first use),
         from which its children in the broadcast tree pull."""
         return self._weights_node().address
+
+    def sample_address(self) -> dict[str, Any]:
+        """{"address": host:port, "incarnation": n} of this runner's sample channel server
+        (`ftrl.rl.sample_plane`, started on first use); address "" where there is none
+        (in-process; a TLS cluster, as the channel is plain TCP; no cluster token on a
+        non-loopback address)."""
+        from ftrl.client.context import get_runtime_context
+        from ftrl.wire.security import is_loopback
+
+        ctx = get_runtime_context()
+        if ctx is None or ctx.security is None or ctx.security.tls:
+            return {"address": "", "incarnation": 0}
+        if not ctx.security.token and not is_loopback(ctx.host):
+            return {"address": "", "incarnation": 0}  # no token off loopback: nothing to check peers with
+        with self._plane_lock:
+            if self._sample_server is None:
+                from ftrl.rl.sample_plane import SampleServer
+
+                self._sample_server = SampleServer(self, ctx.host, ctx.security.token, ctx.incarnation)
+            return {"address": self._sample_server.address, "incarnation": ctx.incarnation}
 
     def pull_weights(self, version: int, key: int, source: str, nbytes: int, filter_state: dict | None = None,
                      timeout_s: float = 60.0) -> dict[str, Any]:
@@ -673,6 +698,8 @@ class EnvRunner:
             self._close_envs()
         if self._weights_plane is not None:
             self._weights_plane.close()
+        if self._sample_server is not None:
+            self._sample_server.close()
 
 
 class _Unwatched:

@@ -38,6 +38,16 @@ lost if it is not back within the sample timeout), then the runner is killed ("s
 down"); a name is reused by a later scale-up only once its runner is gone. A group
 never goes to 0 runners (the driver would have to sample itself).
 
+Samples travel on each runner's sample channel (`rl.sample_plane`: one persistent TCP
+connection per runner incarnation, authenticated with the cluster token; two thread
+wake-ups per call instead of the RPC path's ~10), opened on the first sample of an
+incarnation (its address is asked with `sample_address` over RPC, so a restarted
+runner always gets a new channel). Its errors are the RPC path's: a broken connection
+is ActorUnavailableError (the runner is recovered as after a crash), no reply within
+2 x `sample_timeout_s` is FtrlTimeoutError, an exception in `sample()` is ActorError.
+Runners without one (in-process clients, TLS clusters, other actor classes, a failed
+connect) are sampled by RPC.
+
 Weights travel down a broadcast tree: the driver sends them to at most
 `weights_fanout` runners, each of which applies them and forwards the same payload
 to its children (`EnvRunner.set_weights_tree`), k-ary, over the runners that need the
@@ -119,6 +129,8 @@ class RunnerSlot(ActorSlot):
     recovery: cf.Future | None = None
     plane_address: str = ""  # its weights plane server, for the incarnation below
     plane_incarnation: int = -1
+    channel: Any = None  # SampleChannel to `channel_incarnation` (None: not open)
+    channel_incarnation: int = -1  # the incarnation the channel (or its failure) is for
 
 
 @dataclass
@@ -170,6 +182,7 @@ class EnvRunnerGroup(ActorGroup):
         self.weights_fanout = max(1, int(run.weights_fanout))
         self._relay = True  # runners forward weights; off once one says it cannot
         self._plane = _plane_node(client)  # None: weights go over gRPC only
+        self._channel_token = _channel_token(client)  # None: samples go over gRPC only
         self._latest: tuple[int, np.ndarray | None, dict | None] = (-1, None, None)
         self.slots = [RunnerSlot(index=i + 1, name=self.actor_name(i)) for i in range(self.num_runners)]
         self._target = self.num_runners
@@ -297,6 +310,8 @@ class EnvRunnerGroup(ActorGroup):
         """Apply the policy to a failed call on `slot`."""
         text = self.note_failure(slot, error, what)
         self.num_env_runner_failures += 1
+        if not isinstance(error, ActorError):  # a broken or stale connection: never reused
+            self._close_channel(slot, forget=True)
         log.warning("%s %s failed (%s)", slot.name, what, text)
         if not (self.restart or self.ignore):
             raise EnvRunnerFailureError(
@@ -365,6 +380,9 @@ class EnvRunnerGroup(ActorGroup):
         version, weights, filter_state = self._latest
         if weights is not None:
             probe.call("set_weights", version, weights, filter_state)
+        if slot.state == "retired":  # scaled down while it was coming back
+            self._kill_retired(slot)
+            raise ActorDiedError(f"{slot.name} was scaled down")
         return incarnation, getattr(handle, "restarts", 0), version, soft
 
     def poll_recoveries(self) -> None:
@@ -618,7 +636,7 @@ class EnvRunnerGroup(ActorGroup):
         for slot in self.healthy():
             if slot.inflight is None and weights_fresh(slot.synced_version, current, self.max_weights_lag):
                 try:
-                    slot.inflight = slot.handle.submit(method, **kwargs)
+                    slot.inflight = self._submit_sample(slot, method, kwargs)
                 except FtrlError as e:
                     self._on_failure(slot, e, method)
                     continue
@@ -647,6 +665,53 @@ class EnvRunnerGroup(ActorGroup):
                     self.num_samples_late += 1
         used += self._collect_retiring(results, current)
         return SampleRound(results=results, env_steps=used)
+
+    def _submit_sample(self, slot: RunnerSlot, method: str, kwargs: dict[str, Any]) -> cf.Future:
+        """Start `method` on `slot`: on its sample channel when it has one for its current
+        incarnation (`ftrl.rl.sample_plane`), else by RPC."""
+        channel = self._channel(slot) if method == "sample" else None
+        if channel is not None:
+            try:
+                # a late fragment may still come back in the next round, as by RPC
+                return channel.submit(kwargs, slot.synced_version, 2 * self.sample_timeout)
+            except (FtrlError, RuntimeError) as e:
+                log.info("%s: sample channel unusable (%s); sampling by RPC", slot.name, e)
+                self._close_channel(slot)
+        return slot.handle.submit(method, **kwargs)
+
+    def _channel(self, slot: RunnerSlot) -> Any:
+        """The open sample channel to `slot`'s current incarnation, opened on first use;
+        None when it has none (asked once per incarnation; a closed one is reopened)."""
+        if self._channel_token is None:
+            return None
+        if slot.channel is not None and slot.channel_incarnation == slot.incarnation and not slot.channel.closed:
+            return slot.channel
+        if slot.channel is None and slot.channel_incarnation == slot.incarnation:
+            return None  # this incarnation has no channel: RPC only
+        self._close_channel(slot)
+        slot.channel_incarnation = slot.incarnation
+        try:
+            info = slot.handle.options(timeout=self.probe_timeout).call("sample_address")
+            address = str(info.get("address", "")) if isinstance(info, dict) else ""
+            if not address:
+                return None
+            from ftrl.rl.sample_plane import SampleChannel
+
+            slot.channel = SampleChannel(address, self._channel_token, int(info.get("incarnation", 0)),
+                                         connect_timeout_s=min(5.0, self.probe_timeout))
+        except (FtrlError, OSError) as e:
+            log.info("%s has no sample channel (%s): sampling by RPC", slot.name, describe_error(e))
+            return None
+        return slot.channel
+
+    @staticmethod
+    def _close_channel(slot: RunnerSlot, forget: bool = False) -> None:
+        """Close `slot`'s sample channel; `forget`: ask for its address again next time."""
+        if slot.channel is not None:
+            slot.channel.close()
+            slot.channel = None
+        if forget:
+            slot.channel_incarnation = -1
 
     def in_flight(self) -> int:
         return sum(1 for s in self.slots if s.inflight is not None) + len(self._retiring)
@@ -786,6 +851,7 @@ class EnvRunnerGroup(ActorGroup):
         return used
 
     def _kill_retired(self, slot: RunnerSlot) -> None:
+        self._close_channel(slot)
         try:
             self.kill(slot.name, reason="scaled down")
         except FtrlError as e:  # e.g. not created yet: its recovery kills it once it is
@@ -816,6 +882,8 @@ class EnvRunnerGroup(ActorGroup):
         actors. Runners scaled away and still finishing a sample are killed either way."""
         if self._plane is not None:
             self._plane.close()
+        for slot in self.slots:
+            self._close_channel(slot)
         if kill:
             for slot in self.slots:
                 if slot.handle is None:  # still being created: its recovery kills it once it is
@@ -824,6 +892,15 @@ class EnvRunnerGroup(ActorGroup):
             self._kill_retired(slot)
         self._retiring = []
         super().stop(kill)
+
+
+def _channel_token(client: Any) -> str | None:
+    """The cluster token the sample channels authenticate with, or None where the driver
+    samples by RPC only: in-process clients, TLS clusters (the channel is plain TCP)."""
+    security = getattr(getattr(client, "_aio", None), "security", None)
+    if security is None or security.tls:
+        return None
+    return security.token or ""
 
 
 def _plane_node(client: Any) -> Any:

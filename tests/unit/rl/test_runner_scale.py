@@ -105,7 +105,9 @@ def test_growing_then_shrinking_at_once_leaves_no_runner_behind():
         group.apply_scale()
         group.scale(1)
         group.apply_scale()
-        _until(lambda: all(state == "DEAD" for name, state in _states(client).items() if name != "t/env_runner/0"))
+        # training goes on meanwhile: each round also ends the runners that left
+        _until(lambda: (group.sample(16), all(state == "DEAD" for name, state in _states(client).items()
+                                              if name != "t/env_runner/0"))[1])
         assert group.num_runners == 1 and len(group.slots) == 1
         group.sample(16)
         group.stop()

@@ -1,0 +1,370 @@
+"""The sample channel: `EnvRunner.sample()` over one persistent, authenticated TCP socket.
+
+A sample through the actor RPC path crosses ~10 thread hand-offs (driver thread, client
+event loop, gRPC, the actor's loop, its call thread and back), each paying the wake-up
+of an idle vCPU. This channel has two on the critical path: the runner's serving thread
+wakes on the request, the driver's receiving thread wakes on the reply.
+
+- The runner process runs a `SampleServer` (started on the first `sample_address()`
+  call), bound to its node's address like the weights plane. One thread per connection
+  (at most `MAX_CONNECTIONS`) reads a request, runs `sample()` under the runner's lock
+  (so it never overlaps `set_weights` and the other RPC methods), encodes the result
+  with the project codec (msgpack + raw numpy; nothing is pickled) and writes one reply.
+- Handshake: `MAGIC | u16 token length | token` within `HANDSHAKE_TIMEOUT_S`; the token
+  is the cluster token, compared in constant time. The server answers one frame with
+  its incarnation (or a refusal, then closes).
+- Frames are `ftrl.util.framing` (u32 big-endian length): requests are capped at
+  `MAX_REQUEST_BYTES` (a bigger header is refused before its body is read), replies at
+  `MAX_REPLY_BYTES`.
+- A request is `{"method": "sample", "kwargs": {...}, "expect_version": v}`: `v` is the
+  weights version the driver synced the runner to; a runner holding another version
+  answers a stale error instead of sampling (the driver resyncs it).
+- The driver's `SampleChannel` belongs to one runner incarnation (a restarted runner
+  has a new address and needs a new channel). `submit()` sends from the calling thread
+  and returns a `concurrent.futures.Future`; the channel's own thread receives the
+  reply. Errors map to what the RPC path raises: a closed/refused/reset connection ->
+  `ActorUnavailableError`, no reply in time -> `FtrlTimeoutError` (both close the
+  channel), an exception in `sample()` -> `ActorError` with the remote traceback.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hmac
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+import traceback
+from typing import Any
+
+from ftrl.util.framing import Framing
+from ftrl.wire import codec
+from ftrl.wire.errors import (
+    ActorError,
+    ActorUnavailableError,
+    FtrlError,
+    FtrlTimeoutError,
+    InvalidArgumentError,
+    StaleIncarnationError,
+    UnauthenticatedError,
+)
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"FTS1"
+_HELLO = struct.Struct("!4sH")  # magic, token length
+MAX_TOKEN = 4096
+HANDSHAKE_TIMEOUT_S = 5.0
+FRAME_TIMEOUT_S = 30.0  # once a frame has begun, the rest of it must arrive within this
+POLL_S = 1.0  # how often an idle serving thread checks for shutdown
+MAX_CONNECTIONS = 8
+MAX_REQUEST_BYTES = 64 << 10
+MAX_REPLY_BYTES = 1 << 30
+METHODS = frozenset({"sample"})
+
+REQUEST_FRAMING = Framing("big", MAX_REQUEST_BYTES, "sample channel request")
+REPLY_FRAMING = Framing("big", MAX_REPLY_BYTES, "sample channel reply")
+
+
+def _parts(obj: Any) -> bytes:
+    """`obj` in the codec's call-payload form (`encode_parts`, read with `decode_parts`)."""
+    parts, _ = codec.encode_parts(obj)
+    return b"".join(parts)
+
+
+def _error_reply(kind: str, exc: BaseException | None = None, message: str = "") -> bytes:
+    """An encoded error reply: kind is actor | stale | invalid | auth."""
+    if exc is None:
+        return _parts({"error": {"kind": kind, "type": "", "message": message, "traceback": ""}})
+    cls = type(exc)
+    module = cls.__module__
+    name = cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    tb = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+    return _parts({"error": {"kind": kind, "type": name, "message": str(exc)[:10_000],
+                                   "traceback": tb[-20_000:]}})
+
+
+class SampleServer:
+    """Serves `runner.sample()` to peers that know the cluster token (see module docstring).
+
+    `runner` needs `sample(**kwargs)`, `weights_version` and a `_lock` (an RLock)."""
+
+    def __init__(self, runner: Any, host: str, token: str | None, incarnation: int = 0) -> None:
+        self.runner = runner
+        self.token = (token or "").encode()
+        self.incarnation = int(incarnation)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._sock.settimeout(POLL_S)
+        self.address = f"{host}:{self._sock.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._busy = 0
+        self._cond = threading.Condition()
+        threading.Thread(target=self._accept, name="ftrl-sample-server", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self._slots.acquire(blocking=False):
+                conn.close()  # too many: the driver falls back to RPC
+                continue
+            threading.Thread(target=self._serve, args=(conn,), name="ftrl-sample-conn", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with self._cond:
+            self._conns.add(conn)
+        try:
+            with conn:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if not self._handshake(conn):
+                    return
+                while not self._stop.is_set():
+                    payload = self._read_request(conn)
+                    if payload is None:
+                        continue  # idle: poll the stop flag again
+                    conn.sendall(self._handle(payload))
+        except (OSError, EOFError, ValueError, struct.error) as e:
+            log.debug("sample channel ended: %s", e)
+        finally:
+            with self._cond:
+                self._conns.discard(conn)
+            self._slots.release()
+
+    def _handshake(self, conn: socket.socket) -> bool:
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
+        magic, token_len = _HELLO.unpack(_recv_exact(conn, _HELLO.size, deadline))
+        if magic != MAGIC or token_len > MAX_TOKEN:
+            return False
+        token = _recv_exact(conn, token_len, deadline)
+        if not hmac.compare_digest(token, self.token):
+            conn.sendall(REPLY_FRAMING.pack(_error_reply("auth", message="wrong cluster token")))
+            return False
+        conn.sendall(REPLY_FRAMING.pack(_parts({"ok": True, "incarnation": self.incarnation, "pid": os.getpid()})))
+        return True
+
+    def _read_request(self, conn: socket.socket) -> bytes | None:
+        """The next request's payload, or None after POLL_S without one."""
+        conn.settimeout(POLL_S)
+        try:
+            first = conn.recv(1, socket.MSG_PEEK)
+        except TimeoutError:
+            return None
+        if not first:
+            raise EOFError("sample channel closed")
+        deadline = time.monotonic() + FRAME_TIMEOUT_S
+        size = REQUEST_FRAMING.body_size(_recv_exact(conn, REQUEST_FRAMING.header.size, deadline))
+        payload = _recv_exact(conn, size, deadline)
+        conn.settimeout(None)  # the reply is sent whole, however long the peer takes to read
+        return payload
+
+    def _handle(self, payload: bytes) -> bytes:
+        """Run one request; its reply frame (encoded on this thread)."""
+        try:
+            request = codec.decode(payload, codec.SMALL_LIMITS)
+            if not isinstance(request, dict) or request.get("method") not in METHODS:
+                raise InvalidArgumentError("a sample channel request is {method: 'sample', kwargs, expect_version}")
+            kwargs = request.get("kwargs") or {}
+            expect = request.get("expect_version")
+            if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+                raise InvalidArgumentError("kwargs must be a map with str keys")
+        except FtrlError as e:
+            return REPLY_FRAMING.pack(_error_reply("invalid", e))
+        with self._cond:
+            self._busy += 1
+        try:
+            runner = self.runner
+            with runner._lock:  # as the RPC methods: never beside set_weights & co.
+                if expect is not None and int(expect) != runner.weights_version:
+                    return REPLY_FRAMING.pack(_error_reply("stale", message=(
+                        f"runner holds weights version {runner.weights_version}, the driver expected {expect}")))
+                try:
+                    result = runner.sample(**kwargs)
+                except Exception as e:  # user code: the channel stays usable
+                    return REPLY_FRAMING.pack(_error_reply("actor", e))
+            try:
+                parts, total = codec.encode_parts({"result": result})
+            except Exception as e:
+                return REPLY_FRAMING.pack(_error_reply("actor", e))
+            if total > MAX_REPLY_BYTES:
+                return REPLY_FRAMING.pack(_error_reply("actor", message=f"reply of {total} bytes is too large"))
+            return b"".join([REPLY_FRAMING.header.pack(total), *parts])
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is being served (a drain); False after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def close(self) -> None:
+        """Stop accepting and end every connection (their peers see a closed channel)."""
+        self._stop.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # ends a blocked accept now
+        except OSError:
+            pass
+        self._sock.close()
+        with self._cond:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class SampleChannel:
+    """The driver's end: one connection to one runner incarnation (module docstring)."""
+
+    def __init__(self, address: str, token: str | None, incarnation: int = 0, connect_timeout_s: float = 5.0) -> None:
+        self.address = address
+        self.incarnation = int(incarnation)
+        self.closed = False
+        host, _, port = address.rpartition(":")
+        try:
+            self._sock = socket.create_connection((host.strip("[]"), int(port)), timeout=connect_timeout_s)
+        except (OSError, ValueError) as e:
+            raise ActorUnavailableError(f"sample channel {address}: cannot connect: {e}") from e
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tok = (token or "").encode()
+            self._sock.sendall(_HELLO.pack(MAGIC, len(tok)) + tok)
+            hello = self._read_reply(time.monotonic() + connect_timeout_s)
+        except (OSError, EOFError, ValueError) as e:  # reset, closed, timed out, malformed
+            self._sock.close()
+            raise ActorUnavailableError(f"sample channel {address}: handshake failed: {e}") from e
+        except BaseException:
+            self._sock.close()
+            raise
+        if "error" in hello:
+            self._sock.close()
+            raise _error_of(hello["error"], address)
+        if self.incarnation and int(hello.get("incarnation", 0)) != self.incarnation:
+            self._sock.close()
+            raise StaleIncarnationError(f"sample channel {address} serves incarnation {hello.get('incarnation')}, "
+                                        f"not {self.incarnation}")
+        self._receiver = cf.ThreadPoolExecutor(1, thread_name_prefix="ftrl-sample-recv")
+        self._busy = False
+        self._lock = threading.Lock()
+
+    def submit(self, kwargs: dict[str, Any] | None, expect_version: int | None, timeout_s: float) -> cf.Future:
+        """Send one sample request now; the Future gets the result or the mapped error
+        (`timeout_s` bounds the wait for the reply). Raises ActorUnavailableError when the
+        channel is closed or cannot send, RuntimeError when a request is in flight."""
+        with self._lock:
+            if self.closed:
+                raise ActorUnavailableError(f"sample channel {self.address} is closed")
+            if self._busy:
+                raise RuntimeError("a sample request is already in flight on this channel")
+            payload = codec.encode({"method": "sample", "kwargs": kwargs or {}, "expect_version": expect_version})
+            try:
+                self._sock.sendall(REQUEST_FRAMING.pack(payload))
+            except OSError as e:
+                self._close_locked()
+                raise ActorUnavailableError(f"sample channel {self.address}: send failed: {e}") from e
+            self._busy = True
+            try:
+                return self._receiver.submit(self._receive, time.monotonic() + timeout_s, timeout_s)
+            except RuntimeError as e:  # closed meanwhile
+                self._busy = False
+                raise ActorUnavailableError(f"sample channel {self.address} is closed") from e
+
+    def _receive(self, deadline: float, timeout_s: float) -> Any:
+        try:
+            reply = self._read_reply(deadline)
+        except TimeoutError as e:
+            self.close()
+            raise FtrlTimeoutError(f"sample channel {self.address}: no reply within {timeout_s:g}s") from e
+        except (OSError, EOFError, ValueError, FtrlError) as e:
+            self.close()
+            if isinstance(e, FtrlError) and not isinstance(e, InvalidArgumentError):
+                raise
+            raise ActorUnavailableError(f"sample channel {self.address} broke: {e}") from e
+        finally:
+            with self._lock:
+                self._busy = False
+        if "error" in reply:
+            raise _error_of(reply["error"], self.address)
+        return reply["result"]
+
+    def _read_reply(self, deadline: float) -> dict[str, Any]:
+        sock = self._sock
+
+        def recv(n: int) -> bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no reply in time")
+            sock.settimeout(remaining)
+            return sock.recv(min(n, 4 << 20))
+
+        payload = REPLY_FRAMING.read(recv)
+        reply = codec.decode_parts(payload)
+        if not isinstance(reply, dict):
+            raise InvalidArgumentError("malformed sample channel reply")
+        return reply
+
+    def _close_locked(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a receiver blocked in recv
+        except OSError:
+            pass
+        self._sock.close()
+
+    def close(self) -> None:
+        """Close the connection (a reply in flight fails with ActorUnavailableError)."""
+        with self._lock:
+            self._close_locked()
+        receiver = getattr(self, "_receiver", None)
+        if receiver is not None:
+            receiver.shutdown(wait=False)
+
+
+def _error_of(error: Any, address: str) -> FtrlError:
+    """The FtrlError a reply's error maps to."""
+    if not isinstance(error, dict):
+        return InvalidArgumentError(f"sample channel {address}: malformed error reply")
+    kind = error.get("kind")
+    message = str(error.get("message", ""))
+    if kind == "actor":
+        return ActorError(str(error.get("type") or "Error"), message, str(error.get("traceback", "")))
+    if kind == "stale":
+        return StaleIncarnationError(f"sample channel {address}: {message}")
+    if kind == "auth":
+        return UnauthenticatedError(f"sample channel {address}: {message}")
+    return InvalidArgumentError(f"sample channel {address}: {error.get('type', '')}: {message}")
+
+
+def _recv_exact(conn: socket.socket, n: int, deadline: float) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the peer was too slow")
+        conn.settimeout(remaining)
+        k = conn.recv_into(view[got:])
+        if k == 0:
+            raise EOFError("peer closed the connection")
+        got += k
+    return bytes(buf)

@@ -1,0 +1,85 @@
+"""The sample channel on real processes: the runner group samples over it, a runner
+SIGKILLed in the middle of a channel sample is recovered like any dead runner, training
+goes on, and the next samples travel on a new channel to the new incarnation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+from ftrl.config import PPOConfig
+from ftrl.wire.errors import ActorUnavailableError
+from tests.integration.conftest import wait_until
+
+JOB = "chan"
+
+
+def _config() -> PPOConfig:
+    return (
+        PPOConfig()
+        # 32 steps x 2 envs x 5 ms: each sample takes ~0.3 s, time to kill it mid-way
+        .environment("ftrl.rl.testing_envs:make_slow_env", env_config={"sleep_s": 0.005})
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=32,
+                     sample_timeout_s=30.0)
+        .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+        .fault_tolerance(restart_failed_env_runners=True)
+        .debugging(seed=0)
+    )
+
+
+def _pid(client, name: str) -> int:
+    return int(client.actor(name)["pid"])
+
+
+def test_runner_killed_during_a_channel_sample_is_recovered_on_a_new_channel(make_cluster):
+    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    algo = _config().build(client=client, job_name=JOB)
+    group = algo.env_runner_group
+    sent: list[tuple[str, int]] = []  # (runner, incarnation of the channel) per channel sample
+    submit = group._submit_sample
+
+    def recording_submit(slot, method, kwargs):
+        fut = submit(slot, method, kwargs)
+        if slot.channel is not None:
+            sent.append((slot.name, slot.channel.incarnation))
+        return fut
+
+    group._submit_sample = recording_submit
+    try:
+        algo.train()
+        victim = group.slots[0]
+        assert victim.channel is not None and victim.channel.incarnation == victim.incarnation, \
+            "the group did not open a sample channel"
+        old_incarnation, old_channel = victim.incarnation, victim.channel
+        assert (victim.name, old_incarnation) in sent
+
+        # a sample in flight on the channel, then SIGKILL the runner while it steps
+        fut = group._submit_sample(victim, "sample", {})
+        pid = _pid(client, victim.name)
+        threading.Event().wait(0.1)
+        assert not fut.done(), "the sample finished before the kill"
+        os.kill(pid, signal.SIGKILL)
+        try:
+            fut.result(timeout=10)
+            raise AssertionError("a killed runner answered its sample")
+        except ActorUnavailableError:
+            pass
+        victim.inflight = fut  # the group's round collects it: a failed sample -> recovery
+        result = algo.train()
+        assert old_channel.closed
+        healthy = wait_until(lambda: (r := algo.train())["num_healthy_env_runners"] == 2 and r, timeout=60,
+                             what="the killed runner recovered")
+        assert healthy["num_env_runner_restarts"] >= 1
+        assert result["num_env_runner_failures"] >= 1
+        del sent[:]
+        for _ in range(3):
+            algo.train()
+        assert victim.incarnation != old_incarnation
+        assert victim.channel is not None and victim.channel is not old_channel
+        assert victim.channel.incarnation == victim.incarnation
+        new = [inc for name, inc in sent if name == victim.name]
+        assert new and all(inc == victim.incarnation for inc in new), sent
+    finally:
+        algo.stop()

@@ -1,0 +1,208 @@
+"""The sample channel's framing and auth: the right token samples, a wrong one is
+refused, an oversize or malformed request is refused, errors map to the RPC path's."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ftrl.rl.sample_plane import (
+    _HELLO,
+    MAGIC,
+    MAX_REQUEST_BYTES,
+    REPLY_FRAMING,
+    SampleChannel,
+    SampleServer,
+)
+from ftrl.wire import codec
+from ftrl.wire.errors import (
+    ActorError,
+    ActorUnavailableError,
+    FtrlTimeoutError,
+    InvalidArgumentError,
+    StaleIncarnationError,
+    UnauthenticatedError,
+)
+
+TOKEN = "s3cret-token"
+
+
+class FakeRunner:
+    """What SampleServer needs of an EnvRunner."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.weights_version = 3
+        self.calls = 0
+        self.sleep_s = 0.0
+
+    def sample(self, explore: bool | None = None) -> dict:
+        self.calls += 1
+        if explore is False:
+            raise RuntimeError("boom in sample")
+        time.sleep(self.sleep_s)
+        return {"batch": {"obs": np.arange(12, dtype=np.float32).reshape(3, 4)}, "env_steps": 12,
+                "weights_version": self.weights_version}
+
+
+@pytest.fixture
+def server():
+    runner = FakeRunner()
+    srv = SampleServer(runner, "127.0.0.1", TOKEN, incarnation=7)
+    yield srv
+    srv.close()
+
+
+def _connect(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """The server closed the connection (EOF, or a reset when our bytes were unread)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_samples_with_the_right_token(server):
+    ch = SampleChannel(server.address, TOKEN, incarnation=7)
+    try:
+        for _ in range(3):
+            out = ch.submit({}, 3, 5.0).result(timeout=5)
+            assert out["env_steps"] == 12
+            np.testing.assert_array_equal(out["batch"]["obs"], np.arange(12, dtype=np.float32).reshape(3, 4))
+        assert server.runner.calls == 3
+    finally:
+        ch.close()
+
+
+def test_a_wrong_token_is_refused(server):
+    with pytest.raises(UnauthenticatedError):
+        SampleChannel(server.address, "wrong", incarnation=7)
+    with pytest.raises(UnauthenticatedError):
+        SampleChannel(server.address, None)
+    assert server.runner.calls == 0
+
+
+def test_a_raw_client_with_a_wrong_token_gets_no_sample(server):
+    with _connect(server.address) as sock:
+        tok = b"nope"
+        sock.sendall(_HELLO.pack(MAGIC, len(tok)) + tok)
+        reply = codec.decode_parts(REPLY_FRAMING.read(sock.recv))
+        assert reply["error"]["kind"] == "auth"
+        # the server closed: a request after the refusal is never served
+        try:
+            sock.sendall(struct.pack("!I", 2) + b"xx")
+        except OSError:
+            pass
+        assert _closed_by_peer(sock)
+    assert server.runner.calls == 0
+
+
+def test_bad_magic_or_huge_token_length_closes_at_once(server):
+    for hello in (_HELLO.pack(b"XXXX", 3) + b"abc", _HELLO.pack(MAGIC, 65535)):
+        with _connect(server.address) as sock:
+            sock.sendall(hello)
+            assert _closed_by_peer(sock)
+
+
+def test_an_oversize_request_frame_is_refused(server):
+    with _connect(server.address) as sock:
+        tok = TOKEN.encode()
+        sock.sendall(_HELLO.pack(MAGIC, len(tok)) + tok)
+        assert codec.decode_parts(REPLY_FRAMING.read(sock.recv))["ok"] is True
+        sock.sendall(struct.pack("!I", MAX_REQUEST_BYTES + 1))  # only the header: refused on it
+        assert _closed_by_peer(sock)
+    assert server.runner.calls == 0
+
+
+def test_a_malformed_request_and_an_unknown_method_are_refused(server):
+    ch = SampleChannel(server.address, TOKEN)
+    try:
+        with ch._lock:
+            ch._sock.sendall(struct.pack("!I", 3) + b"\xc1\xc1\xc1")
+            ch._busy = True
+        with pytest.raises(InvalidArgumentError):
+            ch._receiver.submit(ch._receive, time.monotonic() + 5, 5).result(timeout=5)
+        payload, _ = codec.encode_parts({"method": "set_weights", "kwargs": {}})
+        with ch._lock:
+            ch._sock.sendall(struct.pack("!I", sum(len(p) for p in payload)) + b"".join(payload))
+            ch._busy = True
+        with pytest.raises(InvalidArgumentError):
+            ch._receiver.submit(ch._receive, time.monotonic() + 5, 5).result(timeout=5)
+        assert server.runner.calls == 0
+    finally:
+        ch.close()
+
+
+def test_errors_map_like_the_rpc_path(server):
+    ch = SampleChannel(server.address, TOKEN, incarnation=7)
+    try:
+        with pytest.raises(ActorError) as info:
+            ch.submit({"explore": False}, 3, 5.0).result(timeout=5)
+        assert "boom in sample" in str(info.value) and "Traceback" in info.value.remote_traceback
+        with pytest.raises(StaleIncarnationError):  # another weights version than expected
+            ch.submit({}, 4, 5.0).result(timeout=5)
+        assert ch.submit({}, 3, 5.0).result(timeout=5)["env_steps"] == 12  # still usable
+        server.runner.sleep_s = 1.0
+        with pytest.raises(FtrlTimeoutError):
+            ch.submit({}, 3, 0.2).result(timeout=5)
+        assert ch.closed  # a reply may still come: never reused
+        with pytest.raises(ActorUnavailableError):
+            ch.submit({}, 3, 5.0)
+    finally:
+        ch.close()
+
+
+def test_a_channel_is_for_one_incarnation(server):
+    with pytest.raises(StaleIncarnationError):
+        SampleChannel(server.address, TOKEN, incarnation=8)
+
+
+def test_a_closed_server_fails_the_sample_in_flight_and_refuses_new_channels(server):
+    ch = SampleChannel(server.address, TOKEN)
+    server.runner.sleep_s = 0.5
+    fut = ch.submit({}, None, 10.0)
+    time.sleep(0.1)
+    server.close()
+    with pytest.raises(ActorUnavailableError):
+        fut.result(timeout=5)
+    with pytest.raises(ActorUnavailableError):
+        SampleChannel(server.address, TOKEN, connect_timeout_s=1.0)
+    ch.close()
+
+
+def test_drain_waits_for_the_sample_in_flight(server):
+    ch = SampleChannel(server.address, TOKEN)
+    server.runner.sleep_s = 0.3
+    try:
+        fut = ch.submit({}, None, 10.0)
+        time.sleep(0.05)
+        assert not server.wait_idle(0.01)
+        assert server.wait_idle(5.0)
+        assert fut.result(timeout=5)["env_steps"] == 12
+    finally:
+        ch.close()
+
+
+def test_an_in_process_runner_has_no_channel_and_the_group_samples_by_rpc():
+    from ftrl.config import PPOConfig
+    from ftrl.rl.env_runner import EnvRunner
+    from ftrl.rl.local_handle import LocalClient
+    from ftrl.rl.runner_group import _channel_token
+
+    cfg = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=1, rollout_fragment_length=4)
+    runner = EnvRunner(cfg)
+    try:
+        assert runner.sample_address() == {"address": "", "incarnation": 0}
+    finally:
+        runner.stop()
+    with LocalClient() as client:
+        assert _channel_token(client) is None
