@@ -29,7 +29,6 @@ step boundary.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
@@ -44,6 +43,7 @@ from ftrl.config import AlgorithmConfig, StopCriteria
 from ftrl.rl import algo_state, run_loop
 from ftrl.rl.algo_state import check_resume_compatible
 from ftrl.rl.checkpoint import CheckpointManager
+from ftrl.rl.embedded import embedded_cluster_for
 from ftrl.rl.env_factory import probe_spaces
 from ftrl.rl.env_runner import EnvRunner
 from ftrl.rl.filters import make_filter
@@ -116,7 +116,7 @@ class Algorithm:
         self._own_cluster = None
         if needs_client and client is None:
             log.info("no client given: starting an embedded local cluster for the runners and learners")
-            self._own_cluster = embedded_cluster_for(cfg).start()
+            self._own_cluster = embedded_cluster_for(cfg, driver=False).start()
             client = self._own_cluster.client()
             self._own_client = True
         self.client = client
@@ -497,20 +497,3 @@ class Algorithm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def embedded_cluster_for(config: AlgorithmConfig, **options: Any) -> Any:
-    """An (unstarted) embedded local cluster sized for the config's env runners;
-    `options` go to LocalCluster (e.g. `state_dir`, `fresh`)."""
-    from ftrl.client.cluster import LocalCluster
-
-    run = config.env_runners_cfg
-    ev = config.evaluation_cfg
-    cpus = run.num_env_runners * run.num_cpus_per_env_runner
-    cpus += config.learners_cfg.num_learners * config.learners_cfg.num_cpus_per_learner
-    if ev.evaluation_interval is not None:
-        cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
-    slots = max(int(cpus + 0.999), os.cpu_count() or 1)
-    # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
-    return LocalCluster(workers=1, slots=slots, spares=2, preload="ftrl.rl.env_runner",
-                        log_level="WARNING", **options)

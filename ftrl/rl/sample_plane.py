@@ -41,6 +41,7 @@ import traceback
 from typing import Any
 
 from ftrl.util.framing import Framing
+from ftrl.util.tcp_server import listen, start_accepting
 from ftrl.wire import codec
 from ftrl.wire.errors import (
     ActorError,
@@ -97,27 +98,13 @@ class SampleServer:
         self.token = (token or "").encode()
         self.incarnation = int(incarnation)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self._sock.settimeout(POLL_S)
+        self._sock = listen(host, POLL_S)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
         self._stop = threading.Event()
         self._conns: set[socket.socket] = set()
         self._busy = 0
         self._cond = threading.Condition()
-        threading.Thread(target=self._accept, name="ftrl-sample-server", daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not self._slots.acquire(blocking=False):
-                conn.close()  # too many: the driver falls back to RPC
-                continue
-            threading.Thread(target=self._serve, args=(conn,), name="ftrl-sample-conn", daemon=True).start()
+        start_accepting(self._sock, self._stop, self._slots, self._serve, "ftrl-sample-server")
 
     def _serve(self, conn: socket.socket) -> None:
         with self._cond:

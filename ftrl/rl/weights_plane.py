@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ftrl.util.tcp_server import listen, start_accepting
 from ftrl.wire.errors import FtrlError
 
 log = logging.getLogger(__name__)
@@ -166,24 +167,10 @@ class WeightServer:
         self.token = (token or "").encode()
         self.timeout_s = timeout_s
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self._sock.settimeout(1.0)
+        self._sock = listen(host, 1.0)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
         self._stop = threading.Event()
-        threading.Thread(target=self._accept, name="ftrl-weights-server", daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not self._slots.acquire(blocking=False):
-                conn.close()  # too many at once: the puller falls back
-                continue
-            threading.Thread(target=self._serve, args=(conn,), name="ftrl-weights-send", daemon=True).start()
+        start_accepting(self._sock, self._stop, self._slots, self._serve, "ftrl-weights-server")
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
