@@ -54,6 +54,8 @@ from ftrl.util.watchdog import ProgressWatchdog
 from ftrl.wire.errors import ConfigError
 
 _EPISODE_ID_STRIDE = 1 << 40
+#: x.x of an observation row or batch: NaN/inf (or a huge value) makes it non-finite; the
+#: cheapest check for the hot loop (a non-finite result goes to the exact per-env check)
 _sq_sum = np.vdot
 
 
@@ -310,7 +312,7 @@ class EnvRunner:
         act = self.policy.act
         now = time.monotonic
         isfinite = math.isfinite
-        sq_sum = np.vdot  # x.x: NaN/inf (or a huge value) -> non-finite; cheapest check here
+        sq_sum = _sq_sum
         envs = range(e)
         t = -1
         for t in range(steps):

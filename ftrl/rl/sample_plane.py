@@ -41,7 +41,7 @@ import traceback
 from typing import Any
 
 from ftrl.util.framing import Framing
-from ftrl.util.tcp_server import listen, start_accepting
+from ftrl.util.tcp import listen, recv_exact, start_accepting
 from ftrl.wire import codec
 from ftrl.wire.errors import (
     ActorError,
@@ -128,10 +128,10 @@ class SampleServer:
 
     def _handshake(self, conn: socket.socket) -> bool:
         deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
-        magic, token_len = _HELLO.unpack(_recv_exact(conn, _HELLO.size, deadline))
+        magic, token_len = _HELLO.unpack(recv_exact(conn, _HELLO.size, deadline))
         if magic != MAGIC or token_len > MAX_TOKEN:
             return False
-        token = _recv_exact(conn, token_len, deadline)
+        token = recv_exact(conn, token_len, deadline)
         if not hmac.compare_digest(token, self.token):
             conn.sendall(REPLY_FRAMING.pack(_error_reply("auth", message="wrong cluster token")))
             return False
@@ -148,8 +148,8 @@ class SampleServer:
         if not first:
             raise EOFError("sample channel closed")
         deadline = time.monotonic() + FRAME_TIMEOUT_S
-        size = REQUEST_FRAMING.body_size(_recv_exact(conn, REQUEST_FRAMING.header.size, deadline))
-        payload = _recv_exact(conn, size, deadline)
+        size = REQUEST_FRAMING.body_size(recv_exact(conn, REQUEST_FRAMING.header.size, deadline))
+        payload = recv_exact(conn, size, deadline)
         conn.settimeout(None)  # the reply is sent whole, however long the peer takes to read
         return payload
 
@@ -339,19 +339,3 @@ def _error_of(error: Any, address: str) -> FtrlError:
     if kind == "auth":
         return UnauthenticatedError(f"sample channel {address}: {message}")
     return InvalidArgumentError(f"sample channel {address}: {error.get('type', '')}: {message}")
-
-
-def _recv_exact(conn: socket.socket, n: int, deadline: float) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("the peer was too slow")
-        conn.settimeout(remaining)
-        k = conn.recv_into(view[got:])
-        if k == 0:
-            raise EOFError("peer closed the connection")
-        got += k
-    return bytes(buf)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftrl.util.tcp_server import listen, start_accepting
+from ftrl.util.tcp import listen, recv_exact, start_accepting
 from ftrl.wire.errors import FtrlError
 
 log = logging.getLogger(__name__)
@@ -177,11 +177,11 @@ class WeightServer:
             try:
                 # the whole request within the handshake timeout (an idle peer holds no thread long)
                 request_deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
-                magic, token_len = _REQUEST.unpack(_recv_exact(conn, _REQUEST.size, request_deadline))
+                magic, token_len = _REQUEST.unpack(recv_exact(conn, _REQUEST.size, request_deadline))
                 if magic != MAGIC or token_len > MAX_TOKEN:
                     return
-                token = _recv_exact(conn, token_len, request_deadline)
-                (key,) = _VERSION.unpack(_recv_exact(conn, _VERSION.size, request_deadline))
+                token = recv_exact(conn, token_len, request_deadline)
+                (key,) = _VERSION.unpack(recv_exact(conn, _VERSION.size, request_deadline))
                 if not hmac.compare_digest(token, self.token):
                     conn.sendall(_REPLY.pack(key, -1))
                     return
@@ -235,7 +235,7 @@ def fetch(address: str, token: str | None, version: int, store: WeightStore, exp
             conn.settimeout(max(0.1, deadline - time.monotonic()))
             tok = (token or "").encode()
             conn.sendall(_REQUEST.pack(MAGIC, len(tok)) + tok + _VERSION.pack(version))
-            got_version, nbytes = _REPLY.unpack(_recv_exact(conn, _REPLY.size))
+            got_version, nbytes = _REPLY.unpack(recv_exact(conn, _REPLY.size))
             if nbytes == -1:
                 raise WeightsPlaneError(f"{address} refused the weights request (wrong cluster token)")
             if nbytes == -2:
@@ -264,23 +264,6 @@ def fetch(address: str, token: str | None, version: int, store: WeightStore, exp
     except (OSError, struct.error) as e:
         store.fail(version)
         raise WeightsPlaneError(f"weights transfer from {address} failed: {e}") from e
-
-
-def _recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("the peer was too slow")
-            conn.settimeout(remaining)
-        k = conn.recv_into(view[got:])
-        if k == 0:
-            raise ConnectionError("peer closed the connection")
-        got += k
-    return bytes(buf)
 
 
 class WeightsNode:

@@ -40,9 +40,11 @@ class FakeRunner:
         self.weights_version = 3
         self.calls = 0
         self.sleep_s = 0.0
+        self.started = threading.Event()  # set when a sample() begins
 
     def sample(self, explore: bool | None = None) -> dict:
         self.calls += 1
+        self.started.set()
         if explore is False:
             raise RuntimeError("boom in sample")
         time.sleep(self.sleep_s)
@@ -170,7 +172,7 @@ def test_a_closed_server_fails_the_sample_in_flight_and_refuses_new_channels(ser
     ch = SampleChannel(server.address, TOKEN)
     server.runner.sleep_s = 0.5
     fut = ch.submit({}, None, 10.0)
-    time.sleep(0.1)
+    assert server.runner.started.wait(5.0)  # the server is inside sample()
     server.close()
     with pytest.raises(ActorUnavailableError):
         fut.result(timeout=5)
@@ -184,7 +186,7 @@ def test_drain_waits_for_the_sample_in_flight(server):
     server.runner.sleep_s = 0.3
     try:
         fut = ch.submit({}, None, 10.0)
-        time.sleep(0.05)
+        assert server.runner.started.wait(5.0)  # the server is inside sample()
         assert not server.wait_idle(0.01)
         assert server.wait_idle(5.0)
         assert fut.result(timeout=5)["env_steps"] == 12

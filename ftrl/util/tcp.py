@@ -1,11 +1,13 @@
-"""The listening half shared by ftrl's plain-TCP planes (weights, samples): a server
-socket on an ephemeral port and an accept loop that hands each connection to its own
-daemon thread, at most `max_connections` at once (more are closed: callers fall back)."""
+"""Socket helpers shared by ftrl's plain-TCP planes (weights, samples): a server socket on
+an ephemeral port, an accept loop that hands each connection to its own daemon thread
+(at most as many as `slots` allows; more are closed: callers fall back), and an exact
+read with a deadline."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 
@@ -36,3 +38,22 @@ def start_accepting(sock: socket.socket, stop: threading.Event, slots: threading
             threading.Thread(target=serve, args=(conn,), name=f"{name}-conn", daemon=True).start()
 
     threading.Thread(target=accept, name=name, daemon=True).start()
+
+
+def recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """Exactly `n` bytes from `conn`; TimeoutError past the monotonic `deadline` (None:
+    the socket's own timeout), ConnectionError if the peer closes first."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the peer was too slow")
+            conn.settimeout(remaining)
+        k = conn.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("peer closed the connection")
+        got += k
+    return bytes(buf)
