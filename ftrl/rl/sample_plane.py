@@ -41,7 +41,7 @@ import traceback
 from typing import Any
 
 from ftrl.util.framing import Framing
-from ftrl.util.tcp import listen, recv_exact, start_accepting
+from ftrl.util.tcp import listen, recv_exact, recv_into_exact, send_parts, start_accepting
 from ftrl.wire import codec
 from ftrl.wire.errors import (
     ActorError,
@@ -64,6 +64,9 @@ POLL_S = 1.0  # how often an idle serving thread checks for shutdown
 MAX_CONNECTIONS = 8
 MAX_REQUEST_BYTES = 64 << 10
 MAX_REPLY_BYTES = 1 << 30
+#: arrays of a reply this big or bigger travel out of band: the runner sends their memory
+#: as it is and the driver decodes them as views of the one buffer it received into
+REPLY_OOB_MIN_BYTES = 256
 METHODS = frozenset({"sample"})
 
 REQUEST_FRAMING = Framing("big", MAX_REQUEST_BYTES, "sample channel request")
@@ -118,7 +121,7 @@ class SampleServer:
                     payload = self._read_request(conn)
                     if payload is None:
                         continue  # idle: poll the stop flag again
-                    conn.sendall(self._handle(payload))
+                    send_parts(conn, self._handle(payload))
         except (OSError, EOFError, ValueError, struct.error) as e:
             log.debug("sample channel ended: %s", e)
         finally:
@@ -153,8 +156,8 @@ class SampleServer:
         conn.settimeout(None)  # the reply is sent whole, however long the peer takes to read
         return payload
 
-    def _handle(self, payload: bytes) -> bytes:
-        """Run one request; its reply frame (encoded on this thread)."""
+    def _handle(self, payload: bytes) -> list[bytes | memoryview]:
+        """Run one request; its reply frame's parts (encoded on this thread)."""
         try:
             request = codec.decode(payload, codec.SMALL_LIMITS)
             if not isinstance(request, dict) or request.get("method") not in METHODS:
@@ -164,26 +167,26 @@ class SampleServer:
             if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
                 raise InvalidArgumentError("kwargs must be a map with str keys")
         except FtrlError as e:
-            return REPLY_FRAMING.pack(_error_reply("invalid", e))
+            return [REPLY_FRAMING.pack(_error_reply("invalid", e))]
         with self._cond:
             self._busy += 1
         try:
             runner = self.runner
             with runner._lock:  # as the RPC methods: never beside set_weights & co.
                 if expect is not None and int(expect) != runner.weights_version:
-                    return REPLY_FRAMING.pack(_error_reply("stale", message=(
-                        f"runner holds weights version {runner.weights_version}, the driver expected {expect}")))
+                    return [REPLY_FRAMING.pack(_error_reply("stale", message=(
+                        f"runner holds weights version {runner.weights_version}, the driver expected {expect}")))]
                 try:
                     result = runner.sample(**kwargs)
                 except Exception as e:  # user code: the channel stays usable
-                    return REPLY_FRAMING.pack(_error_reply("actor", e))
+                    return [REPLY_FRAMING.pack(_error_reply("actor", e))]
             try:
-                parts, total = codec.encode_parts({"result": result})
+                parts, total = codec.encode_parts({"result": result}, REPLY_OOB_MIN_BYTES)
             except Exception as e:
-                return REPLY_FRAMING.pack(_error_reply("actor", e))
+                return [REPLY_FRAMING.pack(_error_reply("actor", e))]
             if total > MAX_REPLY_BYTES:
-                return REPLY_FRAMING.pack(_error_reply("actor", message=f"reply of {total} bytes is too large"))
-            return b"".join([REPLY_FRAMING.header.pack(total), *parts])
+                return [REPLY_FRAMING.pack(_error_reply("actor", message=f"reply of {total} bytes is too large"))]
+            return [REPLY_FRAMING.header.pack(total), *parts]
         finally:
             with self._cond:
                 self._busy -= 1
@@ -292,16 +295,13 @@ class SampleChannel:
         return reply["result"]
 
     def _read_reply(self, deadline: float) -> dict[str, Any]:
-        sock = self._sock
-
-        def recv(n: int) -> bytes:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("no reply in time")
-            sock.settimeout(remaining)
-            return sock.recv(min(n, 4 << 20))
-
-        payload = REPLY_FRAMING.read(recv)
+        """One reply frame, read into one buffer of its size (its arrays are views of it)."""
+        try:
+            size = REPLY_FRAMING.body_size(recv_exact(self._sock, REPLY_FRAMING.header.size, deadline))
+            payload = bytearray(size)
+            recv_into_exact(self._sock, payload, deadline)
+        except ConnectionError as e:
+            raise EOFError(f"sample channel closed: {e}") from e
         reply = codec.decode_parts(payload)
         if not isinstance(reply, dict):
             raise InvalidArgumentError("malformed sample channel reply")

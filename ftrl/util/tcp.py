@@ -1,7 +1,7 @@
 """Socket helpers shared by ftrl's plain-TCP planes (weights, samples): a server socket on
 an ephemeral port, an accept loop that hands each connection to its own daemon thread
-(at most as many as `slots` allows; more are closed: callers fall back), and an exact
-read with a deadline."""
+(at most as many as `slots` allows; more are closed: callers fall back), exact reads with
+a deadline, and scatter/gather sends."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+
+_IOV_MAX = 1024  # buffers per sendmsg (Linux's IOV_MAX)
 
 
 def listen(host: str, poll_s: float) -> socket.socket:
@@ -44,8 +46,28 @@ def recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> by
     """Exactly `n` bytes from `conn`; TimeoutError past the monotonic `deadline` (None:
     the socket's own timeout), ConnectionError if the peer closes first."""
     buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
+    recv_into_exact(conn, buf, deadline)
+    return bytes(buf)
+
+def send_parts(conn: socket.socket, parts: list[bytes | memoryview]) -> None:
+    """Send `parts` back to back with scatter/gather writes (no joined copy)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        sent = conn.sendmsg(views[:_IOV_MAX])
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+
+def recv_into_exact(conn: socket.socket, buf: bytearray | memoryview, deadline: float | None = None) -> None:
+    """Fill `buf` from `conn` (no copy); TimeoutError past the monotonic `deadline` (None:
+    the socket's own timeout), ConnectionError if the peer closes first."""
+    view = memoryview(buf).cast("B")
+    got, n = 0, len(view)
     while got < n:
         if deadline is not None:
             remaining = deadline - time.monotonic()
@@ -56,4 +78,3 @@ def recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> by
         if k == 0:
             raise ConnectionError("peer closed the connection")
         got += k
-    return bytes(buf)

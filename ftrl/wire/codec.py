@@ -219,14 +219,15 @@ _META_LEN = struct.Struct("<I")
 _OOB_TAIL = struct.Struct("<QQ")
 
 
-def encode_parts(obj: Any) -> tuple[list[bytes | memoryview], int]:
-    """Encode a call payload; returns its parts (to be sent back to back) and total size."""
+def encode_parts(obj: Any, oob_min_bytes: int = OOB_MIN_BYTES) -> tuple[list[bytes | memoryview], int]:
+    """Encode a call payload; returns its parts (to be sent back to back) and total size.
+    Arrays of `oob_min_bytes` or more travel out of band (their memory is a part)."""
     buffers: list[bytes | memoryview] = []
     offset = 0
 
     def default(o: Any) -> Any:
         nonlocal offset
-        if isinstance(o, np.ndarray) and o.nbytes >= OOB_MIN_BYTES and o.ndim > 0:
+        if isinstance(o, np.ndarray) and o.nbytes >= oob_min_bytes and o.ndim > 0:
             pad = -offset % OOB_ALIGN
             if pad:
                 buffers.append(bytes(pad))
