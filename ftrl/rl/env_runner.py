@@ -29,7 +29,11 @@ Hung env (in-process sub-envs): a remote runner (an actor, worker_index >= 1) ru
 step stamps progress; if no step completes for `env_step_timeout_s` the watchdog logs
 `event=WATCHDOG_KILL ... reason="env step hung for X s ..."` and ends the process with
 exit code `EXIT_WATCHDOG`, so the worker restarts it like any failed actor and the
-driver's runner group recovers it. A Python-level spin in `step` is caught (the watchdog
+driver's runner group recovers it. Building the sub-envs (in the constructor and in
+`reset_envs()`, a soft restart) is watched the same way: each sub-env built is progress,
+and one whose construction takes longer than `env_step_timeout_s` ends the process
+("env construction hung ..."), where a hung soft restart would otherwise hold the
+runner's lock for good. A Python-level spin in `step` is caught (the watchdog
 thread still gets the GIL); a C extension spinning while holding the GIL is not. With
 `remote_worker_envs=True` the per-sub-env timeout above handles hung sub-envs first: the
 watchdog then waits at least `2 * sample_timeout_s + 10` s.
@@ -123,28 +127,28 @@ class EnvRunner:
         self._sample_server: Any = None  # SampleServer, started on first sample_address()
         self._plane_lock = threading.Lock()
 
+        self._watchdog: ProgressWatchdog | _Unwatched = _UNWATCHED
+        if watchdog is None:
+            from ftrl.client.context import get_runtime_context
+
+            ctx = get_runtime_context()
+            watchdog = ctx is not None and self.worker_index >= 1
+        if watchdog:
+            ctx_name = _own_name(f"env runner {self.worker_index}")
+            timeout = run.env_step_timeout_s
+            if self.remote_envs:  # hung sub-env processes are handled per step first
+                timeout = max(timeout, 2 * self.sub_env_timeout_s + 10.0)
+            self._watchdog = ProgressWatchdog(timeout, what="env step", name=ctx_name)
+
         self._envs: list[Any] = []
         self._seeded = [False] * self.num_envs
         self._restarts_of = [0] * self.num_envs
         try:
-            for i in range(self.num_envs):
-                self._envs.append(self._create(i))
-        except SubEnvError as e:
-            self._close_envs()
-            raise ConfigError(f"cannot create environment {self.env_id!r}: {e}") from e
+            self.spec: SpaceSpec = self._check_envs(space_spec)
         except BaseException:
             self._close_envs()
+            self._watchdog.close()
             raise
-        self.spec: SpaceSpec = self._envs[0].spec
-        if any(env.spec != self.spec for env in self._envs[1:]):
-            self._close_envs()
-            raise ConfigError(f"sub-envs of {self.env_id!r} have different spaces")
-        if space_spec is not None and SpaceSpec.from_dict(space_spec) != self.spec:
-            self._close_envs()
-            raise ConfigError(
-                f"env runner {worker_index} sees spaces {self.spec} but the driver expects "
-                f"{SpaceSpec.from_dict(space_spec)}"
-            )
         self.encoder = ObsEncoder(self.spec)
         self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
         self.weights_version = -1
@@ -167,18 +171,6 @@ class EnvRunner:
         self.env_steps_total = 0
         self.episodes_total = 0
         self.num_samples = 0
-        self._watchdog: ProgressWatchdog | _Unwatched = _UNWATCHED
-        if watchdog is None:
-            from ftrl.client.context import get_runtime_context
-
-            ctx = get_runtime_context()
-            watchdog = ctx is not None and self.worker_index >= 1
-        if watchdog:
-            ctx_name = _own_name(f"env runner {self.worker_index}")
-            timeout = run.env_step_timeout_s
-            if self.remote_envs:  # hung sub-env processes are handled per step first
-                timeout = max(timeout, 2 * self.sub_env_timeout_s + 10.0)
-            self._watchdog = ProgressWatchdog(timeout, what="env step", name=ctx_name)
 
     # ------------------------------------------------------------------ env lifecycle
 
@@ -189,6 +181,34 @@ class EnvRunner:
             return None
         self._seeded[i] = True
         return self._seed + i + 1_000 * self._restarts_of[i]
+
+    def _check_envs(self, space_spec: dict | None) -> SpaceSpec:
+        """Build the sub-envs; their common spaces, checked against `space_spec`."""
+        try:
+            self._build_envs()
+        except SubEnvError as e:
+            raise ConfigError(f"cannot create environment {self.env_id!r}: {e}") from e
+        spec = self._envs[0].spec
+        if any(env.spec != spec for env in self._envs[1:]):
+            raise ConfigError(f"sub-envs of {self.env_id!r} have different spaces")
+        if space_spec is not None and SpaceSpec.from_dict(space_spec) != spec:
+            raise ConfigError(
+                f"env runner {self.worker_index} sees spaces {spec} but the driver expects "
+                f"{SpaceSpec.from_dict(space_spec)}"
+            )
+        return spec
+
+    def _build_envs(self) -> None:
+        """Create every sub-env into `self._envs` (empty), under the watchdog: each one
+        built is progress, so a constructor that hangs ends the process."""
+        wd = self._watchdog
+        wd.begin("env construction")
+        try:
+            for i in range(self.num_envs):
+                self._envs.append(self._create(i))
+                wd.stamp = time.monotonic()
+        finally:
+            wd.end()
 
     def _create(self, i: int) -> Any:
         env = make_sub_env(i, self.env_id, self.env_config, self.remote_envs, self.sub_env_timeout_s)
@@ -269,7 +289,7 @@ class EnvRunner:
     def _run(self, steps: int, explore: bool, record: bool, max_episodes: int | None = None) -> dict[str, np.ndarray] | None:
         """`_steps` with the hung-env watchdog armed while it runs."""
         wd = self._watchdog
-        wd.begin()
+        wd.begin("env step")
         try:
             return self._steps(steps, explore, record, max_episodes, wd)
         finally:
@@ -660,7 +680,8 @@ class EnvRunner:
         """Recreate every sub-env and start fresh episodes (a soft restart of the runner)."""
         with self._lock:
             self._close_envs()
-            self._envs = [self._create(i) for i in range(self.num_envs)]
+            self._envs = []
+            self._build_envs()
             self._broken.clear()
             self._take_episodes()
             self._needs_reset = True
@@ -710,7 +731,7 @@ class _Unwatched:
 
     stamp = 0.0
 
-    def begin(self) -> None:
+    def begin(self, what: str | None = None) -> None:
         pass
 
     def end(self) -> None:

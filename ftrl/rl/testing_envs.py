@@ -7,7 +7,8 @@
     ftrl.rl.testing_envs:make_counter_env  deterministic: obs = step count, reward 1,
                                            episode of `episode_len` steps (terminates)
     ftrl.rl.testing_envs:make_hang_env     CartPole whose `step` hangs after `hang_after`
-                                           steps (once per `marker` file)
+                                           steps, or whose construction hangs
+                                           (once per `marker` file)
 
 `make_flaky_env` env_config keys: `fail_every` (default 50), `scope` ("instance": count
 this instance's calls, the default; "process": count the calls of every flaky env in
@@ -15,7 +16,9 @@ the process, so only one sub-env of a runner fails at a time), `mode` ("raise" |
 "exit" | "segfault" | "nan_obs" | "nan_reward"), `fail_in` ("step" | "reset"),
 `max_episode_steps` (default 500).
 
-`make_hang_env` env_config keys: `hang_after` (default 20: the step call that hangs),
+`make_hang_env` env_config keys: `hang_in` ("step", the default, or "make": the
+constructor hangs; with `only_in_actors` true only in an actor process, so a driver that
+builds one env to read its spaces does not), `hang_after` (default 20: the step call that hangs),
 `mode` ("sleep": blocks in time.sleep, the GIL released; "spin": a Python busy loop),
 `hang_s` (default 3600: how long the hang lasts), `marker` (a file path: the first env
 to hang creates it, holding its pid, and no env hangs while it exists, so only the first
@@ -115,35 +118,55 @@ class HangEnv(gym.Wrapper):
         self.hang_after, self.mode, self.hang_s, self.marker = int(hang_after), mode, float(hang_s), marker
         self.calls = 0
 
-    def _claim(self) -> bool:
-        """True if this env is the one to hang (it created the marker, or there is none)."""
-        if not self.marker:
-            return True
-        try:
-            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        try:
-            os.write(fd, str(os.getpid()).encode())  # which process hangs (for tests)
-        finally:
-            os.close(fd)
-        return True
-
     def step(self, action: Any):
         self.calls += 1
-        if self.calls == self.hang_after and self._claim():
-            deadline = time.monotonic() + self.hang_s
-            if self.mode == "sleep":
-                time.sleep(self.hang_s)
-            else:
-                while time.monotonic() < deadline:  # holds the GIL between switch intervals
-                    pass
+        if self.calls == self.hang_after and _claim(self.marker):
+            _hang(self.mode, self.hang_s)
         return self.env.step(action)
+
+
+def _claim(marker: str) -> bool:
+    """True if this env is the one to hang (it created the marker, or there is none)."""
+    if not marker:
+        return True
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, str(os.getpid()).encode())  # which process hangs (for tests)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _hang(mode: str, hang_s: float) -> None:
+    if mode == "sleep":
+        time.sleep(hang_s)
+        return
+    deadline = time.monotonic() + hang_s
+    while time.monotonic() < deadline:  # holds the GIL between switch intervals
+        pass
 
 
 def make_hang_env(config: dict) -> gym.Env:
     config = dict(config)
-    return HangEnv(gym.make("CartPole-v1"), **config)
+    hang_in = config.pop("hang_in", "step")
+    only_in_actors = bool(config.pop("only_in_actors", False))
+    if hang_in not in ("step", "make"):
+        raise ValueError(f"unknown hang_in {hang_in!r}")
+    env = HangEnv(gym.make("CartPole-v1"), **config)
+    if hang_in == "make":
+        env.hang_after = 0  # its steps never hang
+        if (not only_in_actors or _in_actor()) and _claim(env.marker):
+            _hang(env.mode, env.hang_s)
+    return env
+
+
+def _in_actor() -> bool:
+    from ftrl.client.context import get_runtime_context
+
+    return get_runtime_context() is not None
 
 
 def make_broken_env(config: dict) -> gym.Env:

@@ -56,8 +56,9 @@ class ProgressWatchdog:
     """Calls `on_stall(stalled_s)` (default: log and `os._exit(EXIT_WATCHDOG)`) when work is
     in progress and no progress was stamped for `timeout_s` seconds.
 
-    Usage: `begin()` when work starts (arms and stamps), assign `stamp = time.monotonic()`
-    on each unit of progress, `end()` when the work is done (disarms). The thread starts
+    Usage: `begin(what)` when work starts (arms and stamps; `what` names the work in the
+    kill message), assign `stamp = time.monotonic()` on each unit of progress, `end()`
+    when the work is done (disarms). The thread starts
     on the first `begin()` and ends on `close()`; it fires at most once.
     """
 
@@ -76,8 +77,11 @@ class ProgressWatchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def begin(self) -> None:
-        """Work starts: arm the watchdog (starting its thread the first time)."""
+    def begin(self, what: str | None = None) -> None:
+        """Work starts: arm the watchdog (starting its thread the first time); `what`
+        names the work from now on ("env step", "env construction")."""
+        if what is not None:
+            self.what = what
         self.stamp = time.monotonic()
         if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._watch, name="ftrl-watchdog", daemon=True)

@@ -1,5 +1,6 @@
-"""An env whose `step` hangs inside a runner actor: the runner's watchdog kills the
-process after `env_step_timeout_s`, the worker restarts it in place, and training goes on."""
+"""An env whose `step` (or whose constructor) hangs inside a runner actor: the runner's
+watchdog kills the process after `env_step_timeout_s`, the worker restarts it in place,
+and training goes on."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from tests.integration.conftest import event_seq, pid_gone, wait_event, wait_unt
 JOB = "hung"
 
 
-def _config(mode: str, marker: str) -> PPOConfig:
+def _config(mode: str, marker: str, **env_config) -> PPOConfig:
     return (
         PPOConfig()
         .environment("ftrl.rl.testing_envs:make_hang_env",
-                     env_config={"hang_after": 40, "mode": mode, "marker": marker})
+                     env_config={"hang_after": 40, "mode": mode, "marker": marker, **env_config})
         .env_runners(num_env_runners=2, num_envs_per_env_runner=2, env_step_timeout_s=2.0,
                      sample_timeout_s=30.0)
         .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
@@ -70,3 +71,32 @@ def test_hung_env_step_kills_and_restarts_the_runner(make_cluster, tmp_path, mod
         algo.stop()
     logs = "".join(p.read_text(errors="replace") for p in cluster.state_dir.rglob("*.log"))
     assert "event=WATCHDOG_KILL" in logs
+
+
+def test_hung_env_constructor_kills_and_restarts_the_runner(make_cluster, tmp_path):
+    """The first runner process to build an env hangs in its constructor: no step ever
+    runs there, yet the watchdog ends it and the restarted runner joins the group."""
+    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    marker = tmp_path / "hung-once"
+    seq = event_seq(client)
+    t0 = time.monotonic()
+    algo = _config("sleep", str(marker), hang_in="make", only_in_actors=True).build(
+        client=client, output_dir=tmp_path / "out", job_name=JOB)
+    try:
+        assert marker.exists(), "no env constructor hung"
+        wait_until(lambda: marker.read_text().strip(), timeout=5, what="the marker's pid")
+        hung_pid = int(marker.read_text())
+        died = wait_event(client, seq, lambda e: e["type"] == "DIED" and e["actor"].startswith(f"{JOB}/env_runner/"),
+                          prefix=JOB, timeout=30)
+        assert "watchdog" in died["message"] and "env construction hung for" in died["message"], died
+        wait_until(lambda: pid_gone(hung_pid), timeout=10, what="the hung process to be gone")
+        healthy = wait_until(lambda: (r := algo.train())["num_healthy_env_runners"] == 2 and r, timeout=60,
+                             what="both runners healthy")
+        last = algo.train()
+        assert last["env_steps_sampled"] > healthy["env_steps_sampled"]
+        after = _runners(client)[died["actor"]]
+        assert after["state"] == "ALIVE" and after["pid"] != hung_pid and after["restarts"] >= 1
+        assert time.monotonic() - t0 < 90
+    finally:
+        algo.stop()

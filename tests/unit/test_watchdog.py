@@ -115,3 +115,66 @@ def test_in_process_runner_has_no_watchdog_by_default():
         runner.sample()
     finally:
         runner.stop()
+
+
+def _runner_script(body: str, marker: str, mode: str) -> str:
+    return textwrap.dedent(f"""
+        import os
+        from ftrl.config import PPOConfig
+        from ftrl.rl.env_runner import EnvRunner
+        cfg = (PPOConfig()
+               .environment("ftrl.rl.testing_envs:make_hang_env",
+                            env_config={{"hang_in": "make", "mode": {mode!r}, "hang_s": 60, "marker": {marker!r}}})
+               .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=10, env_step_timeout_s=0.3))
+    """) + textwrap.dedent(body)
+
+
+@pytest.mark.parametrize("mode", ["sleep", "spin"])
+def test_a_hung_env_constructor_ends_the_runner_process(tmp_path, mode):
+    """Building the sub-envs is watched too: a constructor that hangs ends the process."""
+    code = _runner_script("""
+        EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False, watchdog=True)
+        print("constructed")
+    """, str(tmp_path / "hung"), mode)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_WATCHDOG, proc.stderr
+    assert "constructed" not in proc.stdout
+    assert "env construction hung for" in proc.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_soft_restart_whose_env_constructor_hangs_ends_the_runner_process(tmp_path):
+    """reset_envs() (a soft restart) holds the runner's lock while it builds: a hang there
+    would block every later call, so the watchdog ends the process instead."""
+    marker = tmp_path / "hung"
+    marker.write_text("taken")  # no env hangs while the marker exists
+    code = _runner_script(f"""
+        runner = EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False, watchdog=True)
+        runner.sample()
+        print("sampled", flush=True)
+        os.unlink({str(marker)!r})  # the next env built hangs
+        runner.reset_envs()
+        print("reset")
+    """, str(marker), "sleep")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_WATCHDOG, proc.stderr
+    assert "sampled" in proc.stdout and "reset" not in proc.stdout
+    assert "env construction hung for" in proc.stderr
+
+
+def test_building_envs_disarms_the_watchdog_when_done():
+    cfg = (PPOConfig().environment("CartPole-v1")
+           .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=5, env_step_timeout_s=0.2))
+    runner = EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False, watchdog=True)
+    stalls: list[float] = []
+    runner._watchdog.on_stall = stalls.append
+    try:
+        assert runner._watchdog.stamp == 0.0  # disarmed once the envs are built
+        runner.reset_envs()
+        assert runner._watchdog.stamp == 0.0
+        time.sleep(0.5)  # idle: no stall
+        runner.sample()
+        assert stalls == []
+    finally:
+        runner.stop()
