@@ -226,7 +226,8 @@ class EnvRunnersConfig:
         check=positive_float,
     )
     env_step_timeout_s: float = option(
-        60.0, "seconds without any env step while sampling before a runner is killed and restarted",
+        60.0, "seconds without any env step while sampling (or building one sub-env) before a runner "
+        "actor is killed and restarted (a driver actor that samples itself: restarted, resumed)",
         check=positive_float,
     )
     env_runner_health_probe_timeout_s: float = option(

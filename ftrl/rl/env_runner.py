@@ -24,12 +24,13 @@ its process dying when `remote_worker_envs=True`):
   that failed and starts fresh episodes everywhere.
 A remote sub-env that does not answer within `sample_timeout_s` counts as hung (failed).
 
-Hung env (in-process sub-envs): a remote runner (an actor, worker_index >= 1) runs a
-`ProgressWatchdog` (ftrl.util.watchdog). While `sample()`/`evaluate()` runs, each vector
+Hung env (in-process sub-envs): a runner inside an actor process (a remote runner, or
+the local runner of a job's driver actor) runs a `ProgressWatchdog` (ftrl.util.watchdog). While `sample()`/`evaluate()` runs, each vector
 step stamps progress; if no step completes for `env_step_timeout_s` the watchdog logs
 `event=WATCHDOG_KILL ... reason="env step hung for X s ..."` and ends the process with
 exit code `EXIT_WATCHDOG`, so the worker restarts it like any failed actor and the
-driver's runner group recovers it. Building the sub-envs (in the constructor and in
+driver's runner group recovers it (a driver that sampled itself restarts in place and
+resumes from its newest checkpoint). Building the sub-envs (in the constructor and in
 `reset_envs()`, a soft restart) is watched the same way: each sub-env built is progress,
 and one whose construction takes longer than `env_step_timeout_s` ends the process
 ("env construction hung ..."), where a hung soft restart would otherwise hold the
@@ -83,8 +84,8 @@ class EnvRunner:
         set_torch_threads: with the torch inference backend, call torch.set_num_threads(1)
             (actors: yes). The numpy backend (default) never imports torch.
         watchdog: kill this process when an env step hangs for `env_step_timeout_s`
-            (see the module docstring). None (default): on in a remote runner actor
-            (worker_index >= 1 inside an actor process), off in-process.
+            (see the module docstring). None (default): on inside an actor process (a
+            remote runner, or a driver actor's local runner), off in a user's own process.
     """
 
     def __init__(
@@ -131,8 +132,7 @@ class EnvRunner:
         if watchdog is None:
             from ftrl.client.context import get_runtime_context
 
-            ctx = get_runtime_context()
-            watchdog = ctx is not None and self.worker_index >= 1
+            watchdog = get_runtime_context() is not None
         if watchdog:
             ctx_name = _own_name(f"env runner {self.worker_index}")
             timeout = run.env_step_timeout_s

@@ -100,3 +100,42 @@ def test_hung_env_constructor_kills_and_restarts_the_runner(make_cluster, tmp_pa
         assert time.monotonic() - t0 < 90
     finally:
         algo.stop()
+
+
+def test_hung_env_in_a_driver_that_samples_itself_restarts_the_driver(make_cluster, tmp_path):
+    """num_env_runners=0 (the example file's default): the driver actor samples with its
+    own runner. Its env hangs: the watchdog ends the driver, the worker restarts it, and
+    it resumes from its newest checkpoint."""
+    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    marker = tmp_path / "hung-once"
+    out = tmp_path / "run"
+    seq = event_seq(client)
+    job = {
+        "algo": "PPO",
+        "environment": {"env": "ftrl.rl.testing_envs:make_hang_env",
+                        "env_config": {"hang_after": 100, "mode": "spin", "marker": str(marker)}},
+        "env_runners": {"num_env_runners": 0, "num_envs_per_env_runner": 2, "env_step_timeout_s": 2.0},
+        "training": {"train_batch_size": 64, "minibatch_size": 64, "num_epochs": 1},
+        "checkpointing": {"checkpoint_interval": 1},
+        "debugging": {"seed": 0},
+        "stop": {"stop_iters": 1_000_000},
+    }
+    t0 = time.monotonic()
+    job_id = client.submit(job, job_id="hd", output_dir=str(out))
+    try:
+        wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60, what="the env to hang")
+        hung_pid = int(marker.read_text())
+        died = wait_event(client, seq, lambda e: e["type"] == "DIED" and e["actor"] == "hd/algorithm",
+                          prefix="hd", timeout=30)
+        assert "watchdog" in died["message"] and "env step hung for" in died["message"], died
+        wait_until(lambda: pid_gone(hung_pid), timeout=10, what="the hung driver to be gone")
+        before = client.job_status(job_id)["iteration"]
+        wait_until(lambda: client.job_status(job_id)["iteration"] >= before + 3, timeout=60,
+                   what="the restarted driver to train on")
+        driver = next(a for a in client.actors() if a["name"] == "hd/algorithm")
+        assert driver["state"] == "ALIVE" and driver["pid"] != hung_pid and driver["restarts"] >= 1
+        assert client.job_status(job_id)["stage"] == "RUNNING"
+        assert time.monotonic() - t0 < 120
+    finally:
+        client.stop(job_id)
