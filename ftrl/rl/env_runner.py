@@ -299,11 +299,12 @@ class EnvRunner:
                wd: ProgressWatchdog | _Unwatched) -> dict[str, np.ndarray] | None:
         """Step all sub-envs `steps` times; return a time-major fragment if `record`.
 
-        The hot loop keeps per-step work in plain Python lists and array references
-        and builds the [T, E] arrays once at the end: one numpy conversion per fragment
-        instead of several per step. Episode ends are rare, so done flags are written
-        into preallocated arrays only at the steps that have one; the env loop also adds
-        up episode returns (no second pass over the envs).
+        The hot loop writes each step's policy outputs into the fragment's preallocated
+        arrays (measured faster than keeping every step's small arrays alive until the
+        end: the memory the next step allocates is the memory just freed) and keeps
+        rewards in plain lists converted once at the end. Episode ends are rare, so done
+        flags are written only at the steps that have one; the env loop also adds up
+        episode returns (no second pass over the envs).
         """
         if self._needs_reset or self._broken:
             self._full_reset()
@@ -314,9 +315,10 @@ class EnvRunner:
         b_epid = np.empty((steps, e), np.int64) if record else None
         b_term = np.zeros((steps, e), bool) if record else None
         b_trunc = np.zeros((steps, e), bool) if record else None
-        acts_t: list[np.ndarray] = []
-        logps_t: list[np.ndarray] = []
-        vals_t: list[np.ndarray] = []
+        act_shape = (steps, e) if self.spec.act_kind == "discrete" else (steps, e, self.spec.act_dim)
+        b_act = np.empty(act_shape, self.spec.action_dtype) if record else None
+        b_logp = np.empty((steps, e), np.float32) if record else None
+        b_val = np.empty((steps, e), np.float32) if record else None
         rew_rows: list[list[float]] = []
         filt = self.filter
         update_filter = record
@@ -343,9 +345,9 @@ class EnvRunner:
             if record:
                 b_obs[t] = fobs
                 b_epid[t] = ep_ids
-                acts_t.append(a_t)
-                logps_t.append(lp_t)
-                vals_t.append(v_t)
+                b_act[t] = a_t
+                b_logp[t] = lp_t
+                b_val[t] = v_t
             env_actions = a_t.tolist() if discrete else env_action(spec, a_t)
             nxt = self._next_obs
             rew_l = [0.0] * e
@@ -405,12 +407,12 @@ class EnvRunner:
             return None
         return {
             "obs": b_obs,
-            "actions": np.concatenate(acts_t).reshape(steps, *acts_t[0].shape).astype(spec.action_dtype, copy=False),
+            "actions": b_act,
             "rewards": np.array(rew_rows, np.float32).reshape(steps, e),
             "terminateds": b_term,
             "truncateds": b_trunc,
-            "logp": np.concatenate(logps_t).reshape(steps, e).astype(np.float32, copy=False),
-            "values": np.concatenate(vals_t).reshape(steps, e).astype(np.float32, copy=False),
+            "logp": b_logp,
+            "values": b_val,
             "trunc_values": b_tval,
             "valid": b_valid,
             "episode_ids": b_epid,
