@@ -12,6 +12,9 @@ wait for all: what PPO does), and `per_core_vs_plain` = (steps/s / min(runners, 
 `sync_rounds_channel` is the synchronous rounds over the sample channel (ftrl.rl.sample_plane,
 what EnvRunnerGroup uses on a non-TLS cluster) instead of actor RPC. `in_process_runner_vs_plain` measures
 the EnvRunner code alone (no RPC) against the plain loop, interleaved to cancel noise.
+`plain_loops_parallel_steps_per_s` is min(runners, cores) plain loops in as many processes at
+once (what the cores give when all are busy, the machine's own ceiling); the
+`..._vs_parallel_plain` figures divide by it instead of by cores x one lone plain loop.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
+import multiprocessing as mp
 import os
 import statistics
 import sys
@@ -72,6 +76,44 @@ class PlainLoop:
                 obs[i] = o
             n += len(envs)
         return n / (time.perf_counter() - t0)
+
+
+def _plain_worker(conn, envs: int) -> None:
+    """A child process running the plain loop on request (seconds in, steps/s out)."""
+    loop = PlainLoop(envs)
+    loop.run(0.2)
+    conn.send("ready")
+    while (sec := conn.recv()) is not None:
+        conn.send(loop.run(sec))
+
+
+class ParallelPlain:
+    """`k` plain loops in `k` processes, run at the same time: the steps/s the cores give
+    when every one is busy (shared caches, memory bandwidth and the VM's scheduling)."""
+
+    def __init__(self, k: int, envs: int):
+        ctx = mp.get_context("spawn")  # the benchmark process holds gRPC threads: no fork
+        self.conns, self.procs = [], []
+        for _ in range(k):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_plain_worker, args=(child, envs), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        for conn in self.conns:
+            if not conn.poll(120) or conn.recv() != "ready":
+                raise RuntimeError("a plain-loop process did not start")
+
+    def run(self, seconds: float) -> float:
+        for conn in self.conns:
+            conn.send(seconds)
+        return sum(conn.recv() for conn in self.conns if conn.poll(seconds + 60))
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(10)
 
 
 def in_process(envs: int, fragment: int, seconds: float) -> dict:
@@ -157,19 +199,23 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
             steps += round_of("channel", lambda: [c.submit({}, 0, 60.0) for c in channels])
         return steps / (time.perf_counter() - t0)
 
+    used = min(n, os.cpu_count() or 1)
+    parallel = ParallelPlain(used, envs)
     chunks = max(3, int(seconds))
-    p, a, b, c = [], [], [], []
+    p, pp, a, b, c = [], [], [], [], []
     for _ in range(chunks):
         p.append(plain.run(seconds / chunks))
+        pp.append(parallel.run(seconds / chunks))
         a.append(pipelined(seconds / chunks))
         b.append(rounds(seconds / chunks))
         c.append(channel_rounds(seconds / chunks))
+    parallel.close()
     for ch in channels:
         ch.close()
     for h in handles:
         client.kill_actor(h.name)
     plain_med = statistics.median(p)
-    used = min(n, os.cpu_count() or 1)
+    parallel_med = statistics.median(pp)
     return {
         "runners": n,
         "plain_loop_steps_per_s": round(plain_med),
@@ -179,6 +225,9 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         "per_core_vs_plain_sync_rounds": round(statistics.median(b) / used / plain_med, 3),
         "sync_rounds_channel_steps_per_s": round(statistics.median(c)),
         "per_core_vs_plain_sync_rounds_channel": round(statistics.median(c) / used / plain_med, 3),
+        "plain_loops_parallel_steps_per_s": round(parallel_med),
+        "parallel_plain_per_core_vs_plain": round(parallel_med / used / plain_med, 3),
+        "sync_rounds_channel_vs_parallel_plain": round(statistics.median(c) / parallel_med, 3),
         # median ms a synchronous round takes beyond its slowest sample() (transport + waits)
         "round_overhead_ms_rpc": round(1000 * statistics.median(overhead["rpc"]), 2),
         "round_overhead_ms_channel": round(1000 * statistics.median(overhead["channel"]), 2),
