@@ -6,7 +6,8 @@ inference). Prints ONE JSON object.
     python benchmarks/throughput.py [--runners 1 2 4] [--envs 8] [--fragment 128] [--seconds 5]
 
 For each runner count it reports total steps/s with requests pipelined (each runner gets
-its next sample() as soon as it answers) and in synchronous rounds (all runners, then
+its next sample() as soon as it answers; by RPC, and `pipelined_channel` on the sample
+channel) and in synchronous rounds (all runners, then
 wait for all: what PPO does), and `per_core_vs_plain` = (steps/s / min(runners, cores))
 / plain-loop steps/s, all measured in alternating chunks so load noise hits each alike. Target (issue 3): >= 0.85.
 `sync_rounds_channel` is the synchronous rounds over the sample channel (ftrl.rl.sample_plane,
@@ -193,6 +194,20 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         info = h.call("sample_address")
         channels.append(SampleChannel(info["address"], token, info["incarnation"]))
 
+    def channel_pipelined(sec: float) -> float:
+        """Each runner's next request as soon as it answers, on its sample channel (what an
+        asynchronous algorithm that allows stale weights can do)."""
+        steps, t0 = 0, time.perf_counter()
+        futs = {c.submit({}, 0, 60.0): c for c in channels}
+        while futs:
+            done, _ = cf.wait(list(futs), return_when=cf.FIRST_COMPLETED)
+            for f in done:
+                c = futs.pop(f)
+                steps += f.result()["env_steps"]
+                if time.perf_counter() - t0 < sec:
+                    futs[c.submit({}, 0, 60.0)] = c
+        return steps / (time.perf_counter() - t0)
+
     def channel_rounds(sec: float) -> float:
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < sec:
@@ -202,13 +217,14 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
     used = min(n, os.cpu_count() or 1)
     parallel = ParallelPlain(used, envs)
     chunks = max(3, int(seconds))
-    p, pp, a, b, c = [], [], [], [], []
+    p, pp, a, b, c, cp = [], [], [], [], [], []
     for _ in range(chunks):
         p.append(plain.run(seconds / chunks))
         pp.append(parallel.run(seconds / chunks))
         a.append(pipelined(seconds / chunks))
         b.append(rounds(seconds / chunks))
         c.append(channel_rounds(seconds / chunks))
+        cp.append(channel_pipelined(seconds / chunks))
     parallel.close()
     for ch in channels:
         ch.close()
@@ -225,6 +241,8 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         "per_core_vs_plain_sync_rounds": round(statistics.median(b) / used / plain_med, 3),
         "sync_rounds_channel_steps_per_s": round(statistics.median(c)),
         "per_core_vs_plain_sync_rounds_channel": round(statistics.median(c) / used / plain_med, 3),
+        "pipelined_channel_steps_per_s": round(statistics.median(cp)),
+        "per_core_vs_plain_pipelined_channel": round(statistics.median(cp) / used / plain_med, 3),
         "plain_loops_parallel_steps_per_s": round(parallel_med),
         "parallel_plain_per_core_vs_plain": round(parallel_med / used / plain_med, 3),
         "sync_rounds_channel_vs_parallel_plain": round(statistics.median(c) / parallel_med, 3),
