@@ -145,14 +145,14 @@ class EnvRunner:
         self._restarts_of = [0] * self.num_envs
         try:
             self.spec: SpaceSpec = self._check_envs(space_spec)
-        except BaseException:
+            self.encoder = ObsEncoder(self.spec)
+            self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
+            self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
+        except BaseException:  # nothing left running: envs (and their processes), the watchdog
             self._close_envs()
             self._watchdog.close()
             raise
-        self.encoder = ObsEncoder(self.spec)
-        self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
         self.weights_version = -1
-        self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
 
         e, d = self.num_envs, self.spec.obs_dim
         self._obs = np.zeros((e, d), np.float32)
@@ -185,7 +185,7 @@ class EnvRunner:
     def _check_envs(self, space_spec: dict | None) -> SpaceSpec:
         """Build the sub-envs; their common spaces, checked against `space_spec`."""
         try:
-            self._build_envs()
+            self._envs = self._build_envs()
         except SubEnvError as e:
             raise ConfigError(f"cannot create environment {self.env_id!r}: {e}") from e
         spec = self._envs[0].spec
@@ -198,17 +198,27 @@ class EnvRunner:
             )
         return spec
 
-    def _build_envs(self) -> None:
-        """Create every sub-env into `self._envs` (empty), under the watchdog: each one
-        built is progress, so a constructor that hangs ends the process."""
+    def _build_envs(self) -> list[Any]:
+        """A new list of every sub-env, built under the watchdog: each one built is
+        progress, so a constructor that hangs ends the process. If one fails, those
+        already built are closed and the error propagates."""
         wd = self._watchdog
         wd.begin("env construction")
+        envs: list[Any] = []
         try:
             for i in range(self.num_envs):
-                self._envs.append(self._create(i))
+                envs.append(self._create(i))
                 wd.stamp = time.monotonic()
+        except BaseException:
+            for env in envs:
+                try:
+                    env.close()
+                except Exception:
+                    pass
+            raise
         finally:
             wd.end()
+        return envs
 
     def _create(self, i: int) -> Any:
         env = make_sub_env(i, self.env_id, self.env_config, self.remote_envs, self.sub_env_timeout_s)
@@ -269,6 +279,7 @@ class EnvRunner:
             except Exception:
                 pass
             self._envs[i] = self._create(i)
+            self._watchdog.stamp = time.monotonic()  # each env rebuilt is progress
         self._broken.clear()
         for i in range(self.num_envs):
             self._reset_env(i, self._obs)
@@ -682,8 +693,14 @@ class EnvRunner:
         """Recreate every sub-env and start fresh episodes (a soft restart of the runner)."""
         with self._lock:
             self._close_envs()
-            self._envs = []
-            self._build_envs()
+            try:
+                self._envs = self._build_envs()
+            except BaseException:
+                # the old (closed) envs stay in place, all marked broken: the next sample
+                # rebuilds every one of them first
+                self._broken = set(range(self.num_envs))
+                self._needs_reset = True
+                raise
             self._broken.clear()
             self._take_episodes()
             self._needs_reset = True

@@ -41,7 +41,7 @@ import traceback
 from typing import Any
 
 from ftrl.util.framing import Framing
-from ftrl.util.tcp import listen, recv_exact, recv_into_exact, send_parts, start_accepting
+from ftrl.util.tcp import listen, recv_body, recv_exact, send_parts, start_accepting
 from ftrl.wire import codec
 from ftrl.wire.errors import (
     ActorError,
@@ -298,8 +298,7 @@ class SampleChannel:
         """One reply frame, read into one buffer of its size (its arrays are views of it)."""
         try:
             size = REPLY_FRAMING.body_size(recv_exact(self._sock, REPLY_FRAMING.header.size, deadline))
-            payload = bytearray(size)
-            recv_into_exact(self._sock, payload, deadline)
+            payload = recv_body(self._sock, size, deadline)
         except ConnectionError as e:
             raise EOFError(f"sample channel closed: {e}") from e
         reply = codec.decode_parts(payload)

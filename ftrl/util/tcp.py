@@ -78,3 +78,19 @@ def recv_into_exact(conn: socket.socket, buf: bytearray | memoryview, deadline: 
         if k == 0:
             raise ConnectionError("peer closed the connection")
         got += k
+
+
+def recv_body(conn: socket.socket, size: int, deadline: float | None = None, first: int = 1 << 20) -> bytearray:
+    """Exactly `size` bytes from `conn` into one bytearray (no copy of small bodies),
+    grown as data arrives: at most `first` bytes up front, then doubling, so a header
+    that announces a huge body costs nothing until the bytes are really there.
+    Errors as `recv_into_exact`."""
+    buf = bytearray(min(size, first))
+    got = 0
+    while True:
+        recv_into_exact(conn, memoryview(buf)[got:], deadline)
+        got = len(buf)
+        if got == size:
+            return buf
+        buf += bytes(min(got, size - got))
+

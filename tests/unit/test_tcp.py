@@ -10,13 +10,35 @@ import time
 import numpy as np
 import pytest
 
-from ftrl.util.tcp import recv_exact, recv_into_exact, send_parts
+from ftrl.util.tcp import recv_body, recv_exact, recv_into_exact, send_parts
 
 
 def _pair(sndbuf: int = 4096) -> tuple[socket.socket, socket.socket]:
     a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)  # many partial sendmsg writes
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    a.settimeout(30)  # a socket with a timeout is non-blocking underneath: sendmsg writes part
     return a, b
+
+
+class _Trickle:
+    """A connection whose sendmsg takes a random, small number of bytes per call."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.out = bytearray()
+        self.calls = 0
+
+    def sendmsg(self, buffers) -> int:
+        self.calls += 1
+        budget = int(self.rng.integers(1, 5000))
+        sent = 0
+        for b in buffers:
+            take = bytes(b[: budget - sent])
+            self.out += take
+            sent += len(take)
+            if sent == budget:
+                break
+        return sent
 
 
 def test_send_parts_delivers_every_byte_in_order_through_partial_writes():
@@ -33,6 +55,16 @@ def test_send_parts_delivers_every_byte_in_order_through_partial_writes():
     assert bytes(got) == expected
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_send_parts_resumes_exactly_where_each_partial_write_stopped(seed):
+    rng = np.random.default_rng(seed)
+    parts = [bytes(rng.integers(0, 255, int(n), dtype=np.uint8)) for n in rng.integers(0, 3000, 12)]
+    conn = _Trickle(seed)
+    send_parts(conn, [memoryview(p) if i % 2 else p for i, p in enumerate(parts)])
+    assert bytes(conn.out) == b"".join(parts)
+    assert conn.calls > 1
 
 
 def test_send_parts_takes_more_parts_than_one_sendmsg_allows():
@@ -56,3 +88,22 @@ def test_recv_into_exact_times_out_and_sees_a_closed_peer():
     with pytest.raises(ConnectionError):
         recv_into_exact(b, bytearray(4), time.monotonic() + 5)
     b.close()
+
+
+def test_recv_body_grows_with_the_data_and_a_huge_header_alone_costs_nothing():
+    a, b = socket.socketpair()
+    payload = np.random.default_rng(1).integers(0, 255, 3_000_000, dtype=np.uint8).tobytes()
+    sender = threading.Thread(target=a.sendall, args=(payload,))
+    sender.start()
+    got = recv_body(b, len(payload), time.monotonic() + 30, first=1 << 16)
+    sender.join(30)
+    assert bytes(got) == payload
+    # a peer announcing 1 GiB that sends 10 bytes and closes: a small buffer, then an error
+    a.sendall(b"0123456789")
+    a.close()
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError):
+        recv_body(b, 1 << 30, time.monotonic() + 30)
+    assert time.monotonic() - t0 < 1.0  # no 1 GiB zero-fill first
+    b.close()
+

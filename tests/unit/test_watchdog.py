@@ -87,13 +87,15 @@ def _hang_config(mode: str, hang_s: float) -> PPOConfig:
     )
 
 
-def test_env_runner_arms_the_watchdog_only_while_sampling():
+def test_env_runner_arms_the_watchdog_only_while_sampling(monkeypatch):
+    stalls: list[float] = []
+    # in this process a stall must be recorded, never end pytest (construction is armed too)
+    monkeypatch.setattr(ProgressWatchdog, "_kill", lambda self, stalled: stalls.append(stalled))
     runner = EnvRunner(_hang_config("sleep", 1.0).to_dict(), worker_index=1, set_torch_threads=False,
                        watchdog=True)
-    stalls: list[float] = []
     wd = runner._watchdog
     assert isinstance(wd, ProgressWatchdog)
-    wd.on_stall = stalls.append
+    assert stalls == []  # building 2 CartPoles is quick
     try:
         runner.sample()  # the 5th step sleeps 1 s > 0.3 s: the watchdog fires
         assert len(stalls) == 1 and stalls[0] > 0.3
@@ -163,12 +165,12 @@ def test_a_soft_restart_whose_env_constructor_hangs_ends_the_runner_process(tmp_
     assert "env construction hung for" in proc.stderr
 
 
-def test_building_envs_disarms_the_watchdog_when_done():
+def test_building_envs_disarms_the_watchdog_when_done(monkeypatch):
+    stalls: list[float] = []
+    monkeypatch.setattr(ProgressWatchdog, "_kill", lambda self, stalled: stalls.append(stalled))
     cfg = (PPOConfig().environment("CartPole-v1")
            .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=5, env_step_timeout_s=0.2))
     runner = EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False, watchdog=True)
-    stalls: list[float] = []
-    runner._watchdog.on_stall = stalls.append
     try:
         assert runner._watchdog.stamp == 0.0  # disarmed once the envs are built
         runner.reset_envs()
@@ -178,3 +180,49 @@ def test_building_envs_disarms_the_watchdog_when_done():
         assert stalls == []
     finally:
         runner.stop()
+
+
+def test_a_failed_soft_restart_leaves_every_sub_env_to_be_rebuilt(tmp_path):
+    """One of 3 sub-envs fails to build in reset_envs(): the error reaches the caller, and
+    the next sample rebuilds all of them instead of running on a partial list."""
+    from ftrl.rl import env_runner as er
+
+    cfg = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=3, rollout_fragment_length=4)
+    runner = EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False)
+    real, calls = er.make_sub_env, []
+
+    def flaky(i, *args, **kwargs):
+        calls.append(i)
+        if len(calls) == 2:
+            raise RuntimeError("simulator did not come up")
+        return real(i, *args, **kwargs)
+
+    try:
+        er.make_sub_env = flaky
+        with pytest.raises(RuntimeError, match="simulator"):
+            runner.reset_envs()
+        assert len(runner._envs) == 3 and runner._broken == {0, 1, 2}
+        out = runner.sample()
+        assert out["env_steps"] == 12 and out["batch"]["obs"].shape == (4, 3, 4)
+        assert calls == [0, 1, 0, 1, 2] and len(runner._envs) == 3
+    finally:
+        er.make_sub_env = real
+        runner.stop()
+
+
+def test_a_constructor_failure_after_the_envs_are_built_leaves_no_watchdog_thread(monkeypatch):
+    from ftrl.rl import env_runner as er
+
+    def broken_policy(*args, **kwargs):
+        raise RuntimeError("no policy")
+
+    monkeypatch.setattr(er, "make_policy", broken_policy)
+    before = {t.ident for t in threading.enumerate() if t.name == "ftrl-watchdog"}
+    cfg = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="no policy"):
+            EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False, watchdog=True)
+    time.sleep(0.1)
+    after = {t.ident for t in threading.enumerate() if t.name == "ftrl-watchdog" and t.is_alive()}
+    assert after <= before
+
