@@ -158,17 +158,23 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         h.call("set_weights", 0, weights)
         h.call("sample")  # warm up
 
-    def pipelined(sec: float) -> float:
+    def pipelined_over(submits: list, sec: float) -> float:
+        """Each runner's next request as soon as it answers (`submits`: one callable per
+        runner starting a sample): what an asynchronous algorithm that allows stale
+        weights can do."""
         steps, t0 = 0, time.perf_counter()
-        futs = {h.submit("sample"): h for h in handles}
+        futs = {submit(): submit for submit in submits}
         while futs:
             done, _ = cf.wait(list(futs), return_when=cf.FIRST_COMPLETED)
             for f in done:
-                h = futs.pop(f)
+                submit = futs.pop(f)
                 steps += f.result()["env_steps"]
                 if time.perf_counter() - t0 < sec:
-                    futs[h.submit("sample")] = h
+                    futs[submit()] = submit
         return steps / (time.perf_counter() - t0)
+
+    def pipelined(sec: float) -> float:
+        return pipelined_over([lambda h=h: h.submit("sample") for h in handles], sec)
 
     overhead: dict[str, list[float]] = {"rpc": [], "channel": []}
 
@@ -195,18 +201,7 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         channels.append(SampleChannel(info["address"], token, info["incarnation"]))
 
     def channel_pipelined(sec: float) -> float:
-        """Each runner's next request as soon as it answers, on its sample channel (what an
-        asynchronous algorithm that allows stale weights can do)."""
-        steps, t0 = 0, time.perf_counter()
-        futs = {c.submit({}, 0, 60.0): c for c in channels}
-        while futs:
-            done, _ = cf.wait(list(futs), return_when=cf.FIRST_COMPLETED)
-            for f in done:
-                c = futs.pop(f)
-                steps += f.result()["env_steps"]
-                if time.perf_counter() - t0 < sec:
-                    futs[c.submit({}, 0, 60.0)] = c
-        return steps / (time.perf_counter() - t0)
+        return pipelined_over([lambda c=c: c.submit({}, 0, 60.0) for c in channels], sec)
 
     def channel_rounds(sec: float) -> float:
         steps, t0 = 0, time.perf_counter()
