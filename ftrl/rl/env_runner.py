@@ -25,8 +25,9 @@ its process dying when `remote_worker_envs=True`):
 A remote sub-env that does not answer within `sample_timeout_s` counts as hung (failed).
 
 Hung env (in-process sub-envs): a runner inside an actor process (a remote runner, or
-the local runner of a job's driver actor) runs a `ProgressWatchdog` (ftrl.util.watchdog). While `sample()`/`evaluate()` runs, each vector
-step stamps progress; if no step completes for `env_step_timeout_s` the watchdog logs
+the local runner of a job's driver actor) runs a `ProgressWatchdog` (ftrl.util.watchdog).
+While `sample()`/`evaluate()` runs, each vector step stamps progress; if no step
+completes for `env_step_timeout_s` the watchdog logs
 `event=WATCHDOG_KILL ... reason="env step hung for X s ..."` and ends the process with
 exit code `EXIT_WATCHDOG`, so the worker restarts it like any failed actor and the
 driver's runner group recovers it (a driver that sampled itself restarts in place and
