@@ -22,6 +22,7 @@ job); `wait_coordinator()` and `wait_nodes()` then wait for them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -35,6 +36,13 @@ from pathlib import Path
 from ftrl.client.client import Client
 from ftrl.wire.errors import FtrlError, FtrlTimeoutError
 from ftrl.wire.security import Security, write_token_file
+
+log = logging.getLogger(__name__)
+
+#: How long a `fresh` cluster waits for the coordinator of an earlier run in its state dir
+#: to exit: one whose owner was just killed gets SIGTERM from Linux and needs a second or
+#: two to stop; a run that is really still going is refused after this.
+FRESH_WAIT_S = 15.0
 
 #: How often a coordinator that exits at once is started again on another picked port
 #: (the picked port may be taken by another process before the coordinator binds it).
@@ -74,12 +82,7 @@ class LocalCluster:
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="ftrl-local-"))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if fresh:  # forget the jobs and actors an earlier cluster in this dir left
-            from ftrl.coordinator.store import in_use
-
-            if in_use(self.coordinator_state_dir):
-                raise FtrlError(f"{self.coordinator_state_dir} is in use by a running coordinator "
-                                "(another run on the same output directory?); wait for it or "
-                                "choose another output")
+            self._wait_state_dir_free()
             shutil.rmtree(self.coordinator_state_dir, ignore_errors=True)
         self.num_workers = workers
         self.slots = slots
@@ -109,6 +112,21 @@ class LocalCluster:
         self._worker_launch: dict[str, tuple[int | None, list[str] | None]] = {}  # slots, extra
         self._port_picked = False  # the port was picked here, not given: another may be tried
         self._clients: list[Client] = []
+
+    def _wait_state_dir_free(self) -> None:
+        """Wait (up to FRESH_WAIT_S) until no coordinator holds this cluster's state dir."""
+        from ftrl.coordinator.store import in_use
+
+        deadline = time.monotonic() + FRESH_WAIT_S
+        if in_use(self.coordinator_state_dir):
+            log.warning("waiting up to %gs for the coordinator of an earlier run in %s to exit",
+                        FRESH_WAIT_S, self.coordinator_state_dir)
+        while in_use(self.coordinator_state_dir):
+            if time.monotonic() >= deadline:
+                raise FtrlError(f"{self.coordinator_state_dir} is in use by a running coordinator "
+                                "(another run on the same output directory?); wait for it or "
+                                "choose another output")
+            time.sleep(0.05)
 
     # ---------------------------------------------------------------- addresses
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -15,6 +18,7 @@ from ftrl.wire.errors import (
     AlreadyExistsError,
     ConfigError,
     FailedPreconditionError,
+    FtrlError,
     InvalidArgumentError,
     NotFoundError,
 )
@@ -311,3 +315,44 @@ def test_in_use_tells_a_held_state_dir(tmp_path):
     assert in_use(tmp_path)
     store.close()
     assert not in_use(tmp_path)
+
+
+def _hold_state_dir(path, seconds: float) -> subprocess.Popen:
+    """A real process holding a coordinator's lock on `path` for `seconds`."""
+    code = ("import sys, time; from ftrl.coordinator.store import SQLiteStore; "
+            "s = SQLiteStore(sys.argv[1]); print('held', flush=True); time.sleep(float(sys.argv[2]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_fresh_local_cluster_waits_for_an_earlier_runs_coordinator_to_exit(tmp_path):
+    """`ftrl train` right after the previous run was killed: that run's coordinator gets
+    SIGTERM from Linux and needs a moment to stop; the new run waits for it."""
+    from ftrl.client.cluster import LocalCluster
+    from ftrl.coordinator.store import in_use
+
+    holder = _hold_state_dir(tmp_path / "coordinator", 1.5)
+    try:
+        assert in_use(tmp_path / "coordinator")
+        t0 = time.monotonic()
+        LocalCluster(state_dir=tmp_path, fresh=True)
+        assert 0.5 < time.monotonic() - t0 < 10
+        assert not in_use(tmp_path / "coordinator")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_fresh_local_cluster_refuses_a_state_dir_held_past_the_wait(tmp_path, monkeypatch):
+    from ftrl.client import cluster
+
+    monkeypatch.setattr(cluster, "FRESH_WAIT_S", 0.5)
+    holder = _hold_state_dir(tmp_path / "coordinator", 30)
+    try:
+        with pytest.raises(FtrlError, match="in use by a running coordinator"):
+            cluster.LocalCluster(state_dir=tmp_path, fresh=True)
+        assert (tmp_path / "coordinator" / "coordinator.sqlite").exists()  # nothing removed
+    finally:
+        holder.kill()
+        holder.wait()
