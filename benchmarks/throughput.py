@@ -108,7 +108,10 @@ class ParallelPlain:
     def run(self, seconds: float) -> float:
         for conn in self.conns:
             conn.send(seconds)
-        return sum(conn.recv() for conn in self.conns if conn.poll(seconds + 60))
+        rates = [conn.recv() for conn in self.conns if conn.poll(seconds + 60)]
+        if len(rates) != len(self.conns):  # a missing loop would understate the ceiling
+            raise RuntimeError("a plain-loop process did not answer")
+        return sum(rates)
 
     def close(self) -> None:
         for conn in self.conns:

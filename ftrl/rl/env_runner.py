@@ -145,7 +145,7 @@ class EnvRunner:
         self._seeded = [False] * self.num_envs
         self._restarts_of = [0] * self.num_envs
         try:
-            self.spec: SpaceSpec = self._check_envs(space_spec)
+            self.spec: SpaceSpec = self._build_and_check_envs(space_spec)
             self.encoder = ObsEncoder(self.spec)
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
             self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
@@ -183,8 +183,9 @@ class EnvRunner:
         self._seeded[i] = True
         return self._seed + i + 1_000 * self._restarts_of[i]
 
-    def _check_envs(self, space_spec: dict | None) -> SpaceSpec:
-        """Build the sub-envs; their common spaces, checked against `space_spec`."""
+    def _build_and_check_envs(self, space_spec: dict | None) -> SpaceSpec:
+        """Build the sub-envs into `self._envs`; their common spaces, checked against
+        `space_spec`."""
         try:
             self._envs = self._build_envs()
         except SubEnvError as e:

@@ -79,6 +79,11 @@ def _parts(obj: Any) -> bytes:
     return b"".join(parts)
 
 
+def _error_frame(kind: str, exc: BaseException | None = None, message: str = "") -> list[bytes]:
+    """An error reply as the parts of one reply frame."""
+    return [REPLY_FRAMING.pack(_error_reply(kind, exc, message))]
+
+
 def _error_reply(kind: str, exc: BaseException | None = None, message: str = "") -> bytes:
     """An encoded error reply: kind is actor | stale | invalid | auth."""
     if exc is None:
@@ -167,25 +172,25 @@ class SampleServer:
             if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
                 raise InvalidArgumentError("kwargs must be a map with str keys")
         except FtrlError as e:
-            return [REPLY_FRAMING.pack(_error_reply("invalid", e))]
+            return _error_frame("invalid", e)
         with self._cond:
             self._busy += 1
         try:
             runner = self.runner
             with runner._lock:  # as the RPC methods: never beside set_weights & co.
                 if expect is not None and int(expect) != runner.weights_version:
-                    return [REPLY_FRAMING.pack(_error_reply("stale", message=(
-                        f"runner holds weights version {runner.weights_version}, the driver expected {expect}")))]
+                    return _error_frame("stale", message=(
+                        f"runner holds weights version {runner.weights_version}, the driver expected {expect}"))
                 try:
                     result = runner.sample(**kwargs)
                 except Exception as e:  # user code: the channel stays usable
-                    return [REPLY_FRAMING.pack(_error_reply("actor", e))]
+                    return _error_frame("actor", e)
             try:
                 parts, total = codec.encode_parts({"result": result}, REPLY_OOB_MIN_BYTES)
             except Exception as e:
-                return [REPLY_FRAMING.pack(_error_reply("actor", e))]
+                return _error_frame("actor", e)
             if total > MAX_REPLY_BYTES:
-                return [REPLY_FRAMING.pack(_error_reply("actor", message=f"reply of {total} bytes is too large"))]
+                return _error_frame("actor", message=f"reply of {total} bytes is too large")
             return [REPLY_FRAMING.header.pack(total), *parts]
         finally:
             with self._cond:

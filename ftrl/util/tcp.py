@@ -42,27 +42,6 @@ def start_accepting(sock: socket.socket, stop: threading.Event, slots: threading
     threading.Thread(target=accept, name=name, daemon=True).start()
 
 
-def recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> bytes:
-    """Exactly `n` bytes from `conn`; TimeoutError past the monotonic `deadline` (None:
-    the socket's own timeout), ConnectionError if the peer closes first."""
-    buf = bytearray(n)
-    recv_into_exact(conn, buf, deadline)
-    return bytes(buf)
-
-def send_parts(conn: socket.socket, parts: list[bytes | memoryview]) -> None:
-    """Send `parts` back to back with scatter/gather writes (no joined copy)."""
-    views = [memoryview(p).cast("B") for p in parts if len(p)]
-    while views:
-        sent = conn.sendmsg(views[:_IOV_MAX])
-        while sent and views:
-            if sent >= len(views[0]):
-                sent -= len(views.pop(0))
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
-
-
-
 def recv_into_exact(conn: socket.socket, buf: bytearray | memoryview, deadline: float | None = None) -> None:
     """Fill `buf` from `conn` (no copy); TimeoutError past the monotonic `deadline` (None:
     the socket's own timeout), ConnectionError if the peer closes first."""
@@ -80,6 +59,14 @@ def recv_into_exact(conn: socket.socket, buf: bytearray | memoryview, deadline: 
         got += k
 
 
+def recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """Exactly `n` bytes from `conn`; TimeoutError past the monotonic `deadline` (None:
+    the socket's own timeout), ConnectionError if the peer closes first."""
+    buf = bytearray(n)
+    recv_into_exact(conn, buf, deadline)
+    return bytes(buf)
+
+
 def recv_body(conn: socket.socket, size: int, deadline: float | None = None, first: int = 1 << 20) -> bytearray:
     """Exactly `size` bytes from `conn` into one bytearray (no copy of small bodies),
     grown as data arrives: at most `first` bytes up front, then doubling, so a header
@@ -94,3 +81,15 @@ def recv_body(conn: socket.socket, size: int, deadline: float | None = None, fir
             return buf
         buf += bytes(min(got, size - got))
 
+
+def send_parts(conn: socket.socket, parts: list[bytes | memoryview]) -> None:
+    """Send `parts` back to back with scatter/gather writes (no joined copy)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        sent = conn.sendmsg(views[:_IOV_MAX])
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0

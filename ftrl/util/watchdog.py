@@ -58,8 +58,8 @@ class ProgressWatchdog:
 
     Usage: `begin(what)` when work starts (arms and stamps; `what` names the work in the
     kill message), assign `stamp = time.monotonic()` on each unit of progress, `end()`
-    when the work is done (disarms). The thread starts
-    on the first `begin()` and ends on `close()`; it fires at most once.
+    when the work is done (disarms). The thread starts on the first `begin()` and ends
+    on `close()`; it fires at most once.
     """
 
     def __init__(self, timeout_s: float, what: str = "env step", name: str = "",

@@ -106,4 +106,3 @@ def test_recv_body_grows_with_the_data_and_a_huge_header_alone_costs_nothing():
         recv_body(b, 1 << 30, time.monotonic() + 30)
     assert time.monotonic() - t0 < 1.0  # no 1 GiB zero-fill first
     b.close()
-
