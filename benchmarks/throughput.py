@@ -180,6 +180,7 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         return pipelined_over([lambda h=h: h.submit("sample") for h in handles], sec)
 
     overhead: dict[str, list[float]] = {"rpc": [], "channel": []}
+    slowest: dict[str, list[float]] = {"rpc": [], "channel": []}
 
     def round_of(kind: str, submit) -> int:
         """Run one round (`submit()` starts it); note its overhead: wall time beyond the
@@ -187,7 +188,8 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         t = time.perf_counter()
         results = [f.result() for f in submit()]
         wall = time.perf_counter() - t
-        overhead[kind].append(wall - max(r["sample_time_s"] for r in results))
+        slowest[kind].append(max(r["sample_time_s"] for r in results))
+        overhead[kind].append(wall - slowest[kind][-1])
         return sum(r["env_steps"] for r in results)
 
     def rounds(sec: float) -> float:
@@ -247,6 +249,9 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         # median ms a synchronous round takes beyond its slowest sample() (transport + waits)
         "round_overhead_ms_rpc": round(1000 * statistics.median(overhead["rpc"]), 2),
         "round_overhead_ms_channel": round(1000 * statistics.median(overhead["channel"]), 2),
+        # median ms of a round's slowest sample() as the runner timed it
+        "slowest_sample_ms_rpc": round(1000 * statistics.median(slowest["rpc"]), 2),
+        "slowest_sample_ms_channel": round(1000 * statistics.median(slowest["channel"]), 2),
     }
 
 

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ftrl.config import AlgorithmConfig, config_class
-from ftrl.rl.filters import make_filter
+from ftrl.rl.filters import NoFilter, make_filter
 from ftrl.rl.policy import make_policy
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 from ftrl.rl.sub_env import SubEnvError, make_sub_env
@@ -147,6 +147,8 @@ class EnvRunner:
         try:
             self.spec: SpaceSpec = self._build_and_check_envs(space_spec)
             self.encoder = ObsEncoder(self.spec)
+            # a 1-D Box observation is written into a row as it is (numpy casts it)
+            self._box_obs = self.encoder.kind != "discrete" and len(self.spec.obs_shape) == 1
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
             self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
         except BaseException:  # nothing left running: envs (and their processes), the watchdog
@@ -235,8 +237,12 @@ class EnvRunner:
         self._ep_start[i] = self._vec_steps
 
     def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
-        self.encoder.write(out, i, obs)
-        if not math.isfinite(_sq_sum(out[i], out[i])) and not np.isfinite(out[i]).all():
+        if self._box_obs:
+            out[i] = obs
+        else:
+            self.encoder.write(out, i, obs)
+        row = out[i]
+        if not math.isfinite(_sq_sum(row, row)) and not np.isfinite(row).all():
             raise SubEnvError(i, "observation contains NaN or inf")
 
     def _reset_env(self, i: int, out: np.ndarray) -> None:
@@ -313,11 +319,13 @@ class EnvRunner:
         """Step all sub-envs `steps` times; return a time-major fragment if `record`.
 
         The hot loop writes each step's policy outputs into the fragment's preallocated
-        arrays (measured faster than keeping every step's small arrays alive until the
-        end: the memory the next step allocates is the memory just freed) and keeps
-        rewards in plain lists converted once at the end. Episode ends are rare, so done
-        flags are written only at the steps that have one; the env loop also adds up
-        episode returns (no second pass over the envs).
+        arrays (`act_into`: measured faster than keeping every step's small arrays alive
+        until the end, or copying them in) and keeps rewards in plain lists converted once
+        at the end. Without an observation filter the envs write each next observation
+        straight into the fragment's next row (no copy per step; the last step writes into
+        `_next_obs`, which the next fragment starts from). Episode ends are rare, so done
+        flags are written only at the steps that have one, for the sub-envs the env loop
+        saw end; it also adds up episode returns (no second pass over the envs).
         """
         if self._needs_reset or self._broken:
             self._full_reset()
@@ -335,42 +343,55 @@ class EnvRunner:
         rew_rows: list[list[float]] = []
         filt = self.filter
         update_filter = record
+        # without a filter the envs write each next observation straight into the fragment
+        direct = record and type(filt) is NoFilter
+        if direct:
+            b_obs[0] = self._obs
         spec = self.spec
         discrete = spec.act_kind == "discrete"
-        box_obs = self.encoder.kind != "discrete" and len(spec.obs_shape) == 1
+        box_obs = self._box_obs
         write = self.encoder.write
         remote = self.remote_envs
         step_fns = self._step_fns()
         restarts_seen = self.num_sub_env_restarts
         ep_ret = self._ep_ret
         ep_ids = self._ep_ids
-        act = self.policy.act
+        act, act_into = self.policy.act, self.policy.act_into
         now = time.monotonic
         isfinite = math.isfinite
         sq_sum = _sq_sum
         envs = range(e)
         t = -1
+        last = steps - 1
         for t in range(steps):
             wd.stamp = now()  # progress for the hung-env watchdog: one store per vector step
-            obs = self._obs
-            fobs = filt(obs, update=update_filter)
-            a_t, lp_t, v_t = act(fobs, explore)  # one batched forward for all sub-envs
+            if direct:
+                obs = fobs = b_obs[t]
+                nxt = b_obs[t + 1] if t < last else self._next_obs
+            else:
+                obs = self._obs
+                fobs = filt(obs, update=update_filter)
+                nxt = self._next_obs
+            # one batched forward for all sub-envs
             if record:
-                b_obs[t] = fobs
+                a_t = b_act[t]
+                act_into(fobs, explore, a_t, b_logp[t], b_val[t])
+                if not direct:
+                    b_obs[t] = fobs
                 b_epid[t] = ep_ids
-                b_act[t] = a_t
-                b_logp[t] = lp_t
-                b_val[t] = v_t
+            else:
+                a_t = act(fobs, explore)[0]
             env_actions = a_t.tolist() if discrete else env_action(spec, a_t)
-            nxt = self._next_obs
             rew_l = [0.0] * e
             term_l = [False] * e
             trunc_l = [False] * e
             failed: dict[int, SubEnvError] = {}
+            ended: list[int] = []  # sub-envs whose episode ended at this step, in order
             if remote:
                 self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed)
                 for i in envs:
                     ep_ret[i] += rew_l[i]
+                ended = [i for i in envs if term_l[i] or trunc_l[i]]
             else:
                 for i in envs:
                     try:
@@ -385,10 +406,12 @@ class EnvRunner:
                         write(nxt, i, o)
                     rew_l[i] = r
                     ep_ret[i] += r  # a failed sub-env's return is set to NaN below
-                    if te:
-                        term_l[i] = True
-                    if tr:
-                        trunc_l[i] = True
+                    if te or tr:
+                        if te:
+                            term_l[i] = True
+                        if tr:
+                            trunc_l[i] = True
+                        ended.append(i)
             # one reduction each; a non-finite sum sends us to the exact per-env check
             if not (isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))):
                 self._find_nan(nxt, rew_l, failed)
@@ -399,22 +422,25 @@ class EnvRunner:
                 if record:
                     for i in failed:
                         b_valid[t, i] = False
+                ended = [i for i in envs if term_l[i] or trunc_l[i]]  # failed ones are truncated
             self._vec_steps += 1
             if record:
                 rew_rows.append(rew_l)
-            if True in term_l or True in trunc_l:
+            if ended:
                 if record:
                     b_term[t] = term_l
                     b_trunc[t] = trunc_l
-                idx = [i for i in envs if term_l[i] or trunc_l[i]]
-                self._end_episodes(idx, failed, nxt, term_l, trunc_l, b_tval[t] if record else None)
+                self._end_episodes(ended, failed, nxt, term_l, trunc_l, b_tval, t)
                 if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
                     step_fns = self._step_fns()
                     restarts_seen = self.num_sub_env_restarts
-            self._obs, self._next_obs = nxt, obs
+            if not direct:
+                self._obs, self._next_obs = nxt, obs
             if max_episodes is not None and len(self._done_returns) >= max_episodes:
                 break
         steps_done = t + 1
+        if direct:  # the last step wrote into _next_obs: it becomes the current observation
+            self._obs, self._next_obs = self._next_obs, self._obs
         self.env_steps_total += steps_done * e
         if not record:
             return None
@@ -506,12 +532,15 @@ class EnvRunner:
         nxt: np.ndarray,
         term: list,
         trunc: list,
-        tval_row: np.ndarray | None,
+        b_tval: np.ndarray | None,
+        t: int,
     ) -> None:
+        """Finish the episodes of sub-envs `idx` at step `t` (bootstrap values of truncated
+        ones into `b_tval[t]` when recording) and reset them into `nxt`."""
         boot = [i for i in idx if trunc[i] and not term[i] and i not in failed]
-        if boot and tval_row is not None:
+        if boot and b_tval is not None:
             finals = self.filter(nxt[boot], update=False)
-            tval_row[boot] = self._values(finals)
+            b_tval[t, boot] = self._values(finals)
         vec_steps, ep_ret, ep_start = self._vec_steps, self._ep_ret, self._ep_start
         for i in idx:
             if i not in failed:

@@ -156,6 +156,22 @@ class NumpyPolicy:
         logp = (-0.5 * ((actions - out) / std) ** 2 - log_std - 0.5 * _LOG_2PI).sum(axis=1)
         return actions.astype(np.float32), logp.astype(np.float32), values
 
+    def act_into(self, obs: np.ndarray, explore: bool, actions: np.ndarray, logp: np.ndarray, values: np.ndarray) -> None:
+        """`act`, written into the given rows (a fragment's arrays at one step): what a
+        sampler records, without a copy per output (same values as `act`)."""
+        if not self.discrete or actions.dtype != np.intp:
+            actions[...], logp[...], values[...] = self.act(obs, explore)
+            return
+        out, v = self._forward(obs)
+        values[...] = v
+        z = out - out.max(axis=1, keepdims=True)
+        logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        if explore:
+            (np.exp(logp_all) / self.rng.standard_exponential(out.shape, np.float32)).argmax(axis=1, out=actions)
+        else:
+            out.argmax(axis=1, out=actions)
+        logp[...] = logp_all[np.arange(out.shape[0]), actions]
+
 
 class TorchPolicy:
     """The torch `ActorCritic` used for inference (imports torch)."""
@@ -191,6 +207,10 @@ class TorchPolicy:
         with self._torch.inference_mode():
             a, lp, v = self.model.act(self._torch.from_numpy(np.ascontiguousarray(obs, np.float32)), explore)
         return a.numpy(), lp.numpy(), v.numpy()
+
+    def act_into(self, obs: np.ndarray, explore: bool, actions: np.ndarray, logp: np.ndarray, values: np.ndarray) -> None:
+        """`act`, written into the given rows."""
+        actions[...], logp[...], values[...] = self.act(obs, explore)
 
 
 def make_policy(backend: str, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None) -> NumpyPolicy | TorchPolicy:

@@ -67,6 +67,23 @@ def test_same_step_reset_and_episodes_span_fragments():
     assert returns == [5.0] * 4 and lengths == [5] * 4  # 2 envs x 2 episodes
 
 
+@pytest.mark.parametrize("observation_filter", ["NoFilter", "MeanStdFilter"])
+def test_fragments_own_their_arrays_and_continue_each_other(observation_filter):
+    """Without a filter the envs write straight into the fragment: a returned fragment is
+    never written again, and the next one starts where the last one ended."""
+    runner = _runner(env_config={"episode_len": 50}, envs=3, frag=4, observation_filter=observation_filter)
+    first = runner.sample()["batch"]
+    kept = {k: v.copy() for k, v in first.items()}
+    second = runner.sample()["batch"]
+    for key, value in kept.items():
+        np.testing.assert_array_equal(first[key], value, err_msg=key)
+    if observation_filter == "NoFilter":  # counter env: obs = step count, one per step
+        np.testing.assert_array_equal(first["obs"][:, :, 0], np.tile(np.arange(4.0)[:, None], (1, 3)))
+        np.testing.assert_array_equal(second["obs"][:, :, 0], np.tile(np.arange(4.0, 8.0)[:, None], (1, 3)))
+    assert not np.shares_memory(first["obs"], second["obs"])
+    assert not np.shares_memory(second["obs"], runner._obs) and not np.shares_memory(second["obs"], runner._next_obs)
+
+
 def test_time_limit_truncation_bootstraps_from_final_observation():
     runner = _runner(env_config={"episode_len": 3, "truncate": True}, envs=1, frag=4)
     out = runner.sample()

@@ -80,3 +80,44 @@ def test_env_runner_process_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("backend", [NumpyPolicy, TorchPolicy])
+@pytest.mark.parametrize("action_space", [gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)])
+@pytest.mark.parametrize("explore", [True, False])
+def test_act_into_writes_what_act_returns(backend, action_space, explore):
+    """A sampler records a step with `act_into` (straight into its fragment's rows): the
+    same actions, log-probs and values as `act` from the same random state."""
+    spec = space_spec(OBS, action_space)
+    a, b = backend(spec, seed=7), backend(spec, seed=7)
+    b.set_flat(a.get_flat())
+    obs = np.random.default_rng(3).normal(size=(6, 5)).astype(np.float32)
+    steps, n = 4, obs.shape[0]
+    act_shape = (steps, n) if spec.act_kind == "discrete" else (steps, n, 2)
+    actions = np.full(act_shape, -9, spec.action_dtype)
+    logp = np.full((steps, n), np.nan, np.float32)
+    values = np.full((steps, n), np.nan, np.float32)
+    for t in range(steps):
+        if backend is TorchPolicy:
+            torch.manual_seed(t)
+        want = a.act(obs + t, explore)
+        if backend is TorchPolicy:
+            torch.manual_seed(t)
+        b.act_into(obs + t, explore, actions[t], logp[t], values[t])
+        for got, expected in zip((actions[t], logp[t], values[t]), want, strict=True):
+            assert got.dtype == expected.dtype
+            np.testing.assert_array_equal(got, expected)
+    assert (actions != -9).all() and not np.isnan(logp).any() and not np.isnan(values).any()
+
+
+def test_act_into_an_action_row_of_another_integer_type():
+    """Rows of another integer dtype than numpy's index type still get the same actions."""
+    spec = space_spec(OBS, gym.spaces.Discrete(4))
+    a, b = NumpyPolicy(spec, seed=1), NumpyPolicy(spec, seed=1)
+    obs = np.random.default_rng(0).normal(size=(9, 5)).astype(np.float32)
+    actions, logp, values = np.zeros(9, np.int32), np.zeros(9, np.float32), np.zeros(9, np.float32)
+    want = a.act(obs)
+    b.act_into(obs, True, actions, logp, values)
+    np.testing.assert_array_equal(actions, want[0])
+    np.testing.assert_array_equal(logp, want[1])
+    np.testing.assert_array_equal(values, want[2])
