@@ -12,11 +12,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from ftrl.config import PPOConfig, StopCriteria, load_job
 from ftrl.rl.env_runner import EnvRunner
-from tests.integration.conftest import REPO, cluster_env, wait_until
+from tests.integration.conftest import REPO, cluster_env, pid_gone, wait_until
 
 CARTPOLE_JOB = REPO / "examples" / "cartpole_ppo.toml"
 
@@ -188,9 +189,14 @@ def test_killed_driver_resumes_from_its_checkpoint_and_skips_a_corrupt_one(tmp_p
     try:
         wait_until(lambda: len(list((out / "checkpoints").glob("checkpoint_*.ftrl"))) >= 3, timeout=120,
                    what="three checkpoints")
+        # the embedded cluster's processes outlive the command by a moment: Linux sends
+        # them SIGTERM and the worker drains its driver, which may finish one more
+        # iteration and checkpoint; the torn file below must be the last one written
+        left = psutil.Process(proc.pid).children(recursive=True)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    wait_until(lambda: all(pid_gone(p.pid) for p in left), timeout=60, what="the killed run's processes to exit")
     before = [json.loads(x)["iteration"] for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip().endswith("}")]
     ckpts = sorted((out / "checkpoints").glob("checkpoint_*.ftrl"))
     newest, previous = ckpts[-1], ckpts[-2]
