@@ -197,6 +197,7 @@ class NodeAgent:
         self._free_gpus = list(range(opts.gpus))
         self._tasks: set[asyncio.Task] = set()
         self._stop = asyncio.Event()
+        self._stopping = False  # run() is ending: loops must not go on (see _stop_tasks)
         self._fatal: BaseException | None = None
         self._channel = secure_channel(opts.coordinator, security, channel_options(MAX_CONTROL_MESSAGE))
         self._stub = pb_grpc.CoordinatorStub(self._channel)
@@ -224,8 +225,7 @@ class NodeAgent:
                 ]
                 stopper = tg.create_task(self._wait_stop(stop))
                 await stopper
-                for t in tasks:
-                    t.cancel()
+                self._stop_tasks(tasks)
         finally:
             await self._stop_all("worker shutting down")
             await self._channel.close()
@@ -245,6 +245,16 @@ class NodeAgent:
             self.log_port = 0
             return None
         return server
+
+    def _stop_tasks(self, tasks: list[asyncio.Task]) -> None:
+        """Cancel the agent's loops for good. The flag is what the link loop checks: a
+        stream that breaks as the cancel arrives makes the session's TaskGroup raise the
+        stream's error instead of the cancellation (and Python 3.11 leaves
+        `Task.cancelling()` raised after any TaskGroup error, so it cannot tell); an
+        orphaned embedded worker once reconnected forever after SIGINT that way."""
+        self._stopping = True
+        for t in tasks:
+            t.cancel()
 
     async def _wait_stop(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._stop.wait())]
@@ -367,6 +377,8 @@ class NodeAgent:
             except BaseException as e:  # any other failure of the link: reconnect
                 if not isinstance(e, Exception | BaseExceptionGroup):
                     raise
+                if self._stopping:  # the stop's cancel came as the stream broke
+                    raise asyncio.CancelledError() from e
                 failures += 1
                 err = error_from_rpc(e, "coordinator") if isinstance(e, grpc.RpcError) else e
                 text = f"{type(err).__name__}: {err}"
