@@ -147,7 +147,7 @@ class EnvRunner:
         try:
             self.spec: SpaceSpec = self._build_and_check_envs(space_spec)
             self.encoder = ObsEncoder(self.spec)
-            # a 1-D Box observation is written into a row as it is (numpy casts it)
+            # a 1-D Box observation is written into a row as it is in the step loop
             self._box_obs = self.encoder.kind != "discrete" and len(self.spec.obs_shape) == 1
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
             self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
@@ -237,10 +237,10 @@ class EnvRunner:
         self._ep_start[i] = self._vec_steps
 
     def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
-        if self._box_obs:
-            out[i] = obs
-        else:
-            self.encoder.write(out, i, obs)
+        # through the encoder, whose reshape refuses an observation of the wrong size (a
+        # plain row assignment would broadcast a 1-element one); the step loop's fast
+        # path relies on this check of every reset
+        self.encoder.write(out, i, obs)
         row = out[i]
         if not math.isfinite(_sq_sum(row, row)) and not np.isfinite(row).all():
             raise SubEnvError(i, "observation contains NaN or inf")

@@ -198,3 +198,33 @@ def test_space_spec_mismatch_is_refused():
     cfg = PPOConfig().environment("Pendulum-v1")
     with pytest.raises(ConfigError, match="driver expects"):
         EnvRunner(cfg.to_dict(), space_spec=spec, set_torch_threads=False)
+
+
+class _ShortObsEnv:
+    """Declares Box(3,) but resets to a 1-element observation (a buggy env)."""
+
+    @staticmethod
+    def make(config: dict):
+        import gymnasium as gym
+
+        class Env(gym.Env):
+            observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                return np.zeros(1, np.float32), {}
+
+            def step(self, action):
+                return np.zeros(1, np.float32), 1.0, False, False, {}
+
+        return Env()
+
+
+make_short_obs_env = _ShortObsEnv.make
+
+
+def test_an_observation_of_the_wrong_size_is_refused_not_broadcast():
+    runner = _runner(env="tests.unit.rl.test_env_runner:make_short_obs_env", envs=2, frag=2)
+    with pytest.raises(ValueError, match="reshape"):
+        runner.sample()
