@@ -344,7 +344,7 @@ class EnvRunner:
         filt = self.filter
         update_filter = record
         # without a filter the envs write each next observation straight into the fragment
-        direct = record and type(filt) is NoFilter
+        direct = record and max_episodes is None and type(filt) is NoFilter
         if direct:
             b_obs[0] = self._obs
         spec = self.spec
@@ -363,81 +363,86 @@ class EnvRunner:
         envs = range(e)
         t = -1
         last = steps - 1
-        for t in range(steps):
-            wd.stamp = now()  # progress for the hung-env watchdog: one store per vector step
-            if direct:
-                obs = fobs = b_obs[t]
-                nxt = b_obs[t + 1] if t < last else self._next_obs
-            else:
-                obs = self._obs
-                fobs = filt(obs, update=update_filter)
-                nxt = self._next_obs
-            # one batched forward for all sub-envs
-            if record:
-                a_t = b_act[t]
-                act_into(fobs, explore, a_t, b_logp[t], b_val[t])
-                if not direct:
-                    b_obs[t] = fobs
-                b_epid[t] = ep_ids
-            else:
-                a_t = act(fobs, explore)[0]
-            env_actions = a_t.tolist() if discrete else env_action(spec, a_t)
-            rew_l = [0.0] * e
-            term_l = [False] * e
-            trunc_l = [False] * e
-            failed: dict[int, SubEnvError] = {}
-            ended: list[int] = []  # sub-envs whose episode ended at this step, in order
-            if remote:
-                self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed)
-                for i in envs:
-                    ep_ret[i] += rew_l[i]
-                ended = [i for i in envs if term_l[i] or trunc_l[i]]
-            else:
-                for i in envs:
-                    try:
-                        o, r, te, tr, _ = step_fns[i](env_actions[i])
-                    except Exception as exc:
-                        failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
-                        failed[i].__cause__ = exc
-                        continue
-                    if box_obs:
-                        nxt[i] = o
-                    else:
-                        write(nxt, i, o)
-                    rew_l[i] = r
-                    ep_ret[i] += r  # a failed sub-env's return is set to NaN below
-                    if te or tr:
-                        if te:
-                            term_l[i] = True
-                        if tr:
-                            trunc_l[i] = True
-                        ended.append(i)
-            # one reduction each; a non-finite sum sends us to the exact per-env check
-            if not (isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))):
-                self._find_nan(nxt, rew_l, failed)
-            if failed:
-                self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
-                step_fns = self._step_fns()
-                restarts_seen = self.num_sub_env_restarts
+        try:
+            for t in range(steps):
+                wd.stamp = now()  # progress for the hung-env watchdog: one store per vector step
+                if direct:
+                    obs = fobs = b_obs[t]
+                    nxt = b_obs[t + 1] if t < last else self._next_obs
+                else:
+                    obs = self._obs
+                    fobs = filt(obs, update=update_filter)
+                    nxt = self._next_obs
+                # one batched forward for all sub-envs
                 if record:
-                    for i in failed:
-                        b_valid[t, i] = False
-                ended = [i for i in envs if term_l[i] or trunc_l[i]]  # failed ones are truncated
-            self._vec_steps += 1
-            if record:
-                rew_rows.append(rew_l)
-            if ended:
-                if record:
-                    b_term[t] = term_l
-                    b_trunc[t] = trunc_l
-                self._end_episodes(ended, failed, nxt, term_l, trunc_l, b_tval, t)
-                if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
+                    a_t = b_act[t]
+                    act_into(fobs, explore, a_t, b_logp[t], b_val[t])
+                    if not direct:
+                        b_obs[t] = fobs
+                    b_epid[t] = ep_ids
+                else:
+                    a_t = act(fobs, explore)[0]
+                env_actions = a_t.tolist() if discrete else env_action(spec, a_t)
+                rew_l = [0.0] * e
+                term_l = [False] * e
+                trunc_l = [False] * e
+                failed: dict[int, SubEnvError] = {}
+                ended: list[int] = []  # sub-envs whose episode ended at this step, in order
+                if remote:
+                    self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed)
+                    for i in envs:
+                        ep_ret[i] += rew_l[i]
+                    ended = [i for i in envs if term_l[i] or trunc_l[i]]
+                else:
+                    for i in envs:
+                        try:
+                            o, r, te, tr, _ = step_fns[i](env_actions[i])
+                        except Exception as exc:
+                            failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
+                            failed[i].__cause__ = exc
+                            continue
+                        if box_obs:
+                            nxt[i] = o
+                        else:
+                            write(nxt, i, o)
+                        rew_l[i] = r
+                        ep_ret[i] += r  # a failed sub-env's return is set to NaN below
+                        if te or tr:
+                            if te:
+                                term_l[i] = True
+                            if tr:
+                                trunc_l[i] = True
+                            ended.append(i)
+                # one reduction each; a non-finite sum sends us to the exact per-env check
+                if not (isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))):
+                    self._find_nan(nxt, rew_l, failed)
+                if failed:
+                    self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
                     step_fns = self._step_fns()
                     restarts_seen = self.num_sub_env_restarts
-            if not direct:
-                self._obs, self._next_obs = nxt, obs
-            if max_episodes is not None and len(self._done_returns) >= max_episodes:
-                break
+                    if record:
+                        for i in failed:
+                            b_valid[t, i] = False
+                    ended = [i for i in envs if term_l[i] or trunc_l[i]]  # failed ones are truncated
+                self._vec_steps += 1
+                if record:
+                    rew_rows.append(rew_l)
+                if ended:
+                    if record:
+                        b_term[t] = term_l
+                        b_trunc[t] = trunc_l
+                    self._end_episodes(ended, failed, nxt, term_l, trunc_l, b_tval, t)
+                    if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
+                        step_fns = self._step_fns()
+                        restarts_seen = self.num_sub_env_restarts
+                if not direct:
+                    self._obs, self._next_obs = nxt, obs
+                if max_episodes is not None and len(self._done_returns) >= max_episodes:
+                    break
+        except BaseException:
+            if direct and t >= 0:  # where the envs are: they last acted on step t's observation
+                self._obs[...] = b_obs[t]
+            raise
         steps_done = t + 1
         if direct:  # the last step wrote into _next_obs: it becomes the current observation
             self._obs, self._next_obs = self._next_obs, self._obs

@@ -228,3 +228,45 @@ def test_an_observation_of_the_wrong_size_is_refused_not_broadcast():
     runner = _runner(env="tests.unit.rl.test_env_runner:make_short_obs_env", envs=2, frag=2)
     with pytest.raises(ValueError, match="reshape"):
         runner.sample()
+
+
+class _WrongShapeAtEnv:
+    """Counter env (obs = step count) whose step number `bad_at` returns an observation
+    of the wrong shape: the runner fails with a ValueError, not a sub-env error."""
+
+    @staticmethod
+    def make(config: dict):
+        import gymnasium as gym
+
+        bad_at = int(config["bad_at"])
+
+        class Env(gym.Env):
+            observation_space = gym.spaces.Box(0.0, np.inf, (1,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self.t = 0
+                return np.zeros(1, np.float32), {}
+
+            def step(self, action):
+                self.t += 1
+                obs = np.array([1.0, 2.0] if self.t == bad_at else [float(self.t)], np.float32)
+                return obs, 1.0, False, False, {}
+
+        return Env()
+
+
+make_wrong_shape_at_env = _WrongShapeAtEnv.make
+
+
+def test_after_an_unexpected_error_mid_fragment_sampling_goes_on_from_the_failing_step():
+    """An error that is not a sub-env failure (here a malformed observation) leaves the
+    envs where they are; the next fragment starts from the failing step's observation,
+    as it did before observations were written straight into the fragment."""
+    runner = _runner(env="tests.unit.rl.test_env_runner:make_wrong_shape_at_env", env_config={"bad_at": 6},
+                     envs=1, frag=4)
+    np.testing.assert_array_equal(runner.sample()["batch"]["obs"][:, 0, 0], [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="broadcast"):
+        runner.sample()  # steps 4 and 5 are fine, step 6 is malformed
+    np.testing.assert_array_equal(runner.sample()["batch"]["obs"][:, 0, 0], [5, 7, 8, 9])
