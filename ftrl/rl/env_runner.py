@@ -237,9 +237,8 @@ class EnvRunner:
         self._ep_start[i] = self._vec_steps
 
     def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
-        # through the encoder, whose reshape refuses an observation of the wrong size (a
-        # plain row assignment would broadcast a 1-element one); the step loop's fast
-        # path relies on this check of every reset
+        # through the encoder: its reshape refuses an observation of the wrong size, where
+        # a plain row assignment (the step loop's fast path) broadcasts a 1-element one
         self.encoder.write(out, i, obs)
         row = out[i]
         if not math.isfinite(_sq_sum(row, row)) and not np.isfinite(row).all():
