@@ -147,8 +147,6 @@ class EnvRunner:
         try:
             self.spec: SpaceSpec = self._build_and_check_envs(space_spec)
             self.encoder = ObsEncoder(self.spec)
-            # a 1-D Box observation is written into a row as it is in the step loop
-            self._box_obs = self.encoder.kind != "discrete" and len(self.spec.obs_shape) == 1
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
             self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
         except BaseException:  # nothing left running: envs (and their processes), the watchdog
@@ -348,7 +346,7 @@ class EnvRunner:
             b_obs[0] = self._obs
         spec = self.spec
         discrete = spec.act_kind == "discrete"
-        box_obs = self._box_obs
+        box_obs = self.encoder.kind != "discrete" and len(spec.obs_shape) == 1
         write = self.encoder.write
         remote = self.remote_envs
         step_fns = self._step_fns()

@@ -25,12 +25,15 @@ class FakeAgent:
         self.actors: dict = {}
         self.broken = asyncio.Event()
         self.sessions = 0
+        self.session_started = asyncio.Condition()
 
     async def _register(self) -> object:
         return object()
 
     async def _session(self, reply: object) -> None:
-        self.sessions += 1
+        async with self.session_started:
+            self.sessions += 1
+            self.session_started.notify_all()
 
         async def reader() -> None:
             await self.broken.wait()
@@ -44,6 +47,12 @@ class FakeAgent:
             raise ConnectionError(str(eg.exceptions[0])) from None
 
 
+async def _sessions(agent: FakeAgent, n: int) -> None:
+    """Wait (at most 10 s) until the loop has started its n-th session."""
+    async with agent.session_started:
+        await asyncio.wait_for(agent.session_started.wait_for(lambda: agent.sessions >= n), 10.0)
+
+
 async def _ends_within(task: asyncio.Task, seconds: float) -> bool:
     done, _ = await asyncio.wait({task}, timeout=seconds)  # never cancels it again
     return task in done
@@ -53,7 +62,7 @@ def test_a_stop_while_the_stream_breaks_ends_the_loop():
     async def scenario() -> None:
         agent = FakeAgent()
         task = asyncio.create_task(NodeAgent._connection_loop(agent))
-        await asyncio.sleep(0.05)
+        await _sessions(agent, 1)
         agent.broken.set()  # the coordinator dies ...
         await asyncio.sleep(0)  # ... its stream's reader fails ...
         NodeAgent._stop_tasks(agent, [task])  # ... as the worker is told to stop
@@ -72,13 +81,10 @@ def test_a_broken_stream_alone_reconnects_and_a_plain_stop_ends_the_loop():
         agent = FakeAgent()
         agent.broken.set()  # every session breaks at once: the loop keeps reconnecting
         task = asyncio.create_task(NodeAgent._connection_loop(agent))
-        for _ in range(100):
-            if agent.sessions >= 2:
-                break
-            await asyncio.sleep(0.05)
-        assert agent.sessions >= 2 and not task.done()
-        agent.broken.clear()  # the next session stays up until the stop
-        await asyncio.sleep(2.5)  # beyond the reconnect backoff's cap
+        await _sessions(agent, 2)
+        assert not task.done()
+        agent.broken.clear()  # a session started from now on stays up until the stop
+        await _sessions(agent, agent.sessions + 1)
         NodeAgent._stop_tasks(agent, [task])
         try:
             assert await _ends_within(task, 5.0)
