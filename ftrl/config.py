@@ -230,6 +230,11 @@ class EnvRunnersConfig:
         "actor is killed and restarted (a driver actor that samples itself: restarted, resumed)",
         check=positive_float,
     )
+    sample_busy_poll_s: float = option(
+        0.01, "seconds a runner busy-polls (yielding its CPU) for its next sample request before it sleeps, "
+        "while recent requests came that fast (0: never): spares waking an idle CPU each round, "
+        "costs at most this much CPU per round", check=non_negative_float,
+    )
     env_runner_health_probe_timeout_s: float = option(
         30.0, "seconds a health probe of a runner may take", check=positive_float
     )

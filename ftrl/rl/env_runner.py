@@ -666,7 +666,8 @@ class EnvRunner:
             if self._sample_server is None:
                 from ftrl.rl.sample_plane import SampleServer
 
-                self._sample_server = SampleServer(self, ctx.host, ctx.security.token, ctx.incarnation)
+                self._sample_server = SampleServer(self, ctx.host, ctx.security.token, ctx.incarnation,
+                                                   self.config.env_runners_cfg.sample_busy_poll_s)
             return {"address": self._sample_server.address, "incarnation": ctx.incarnation}
 
     def pull_weights(self, version: int, key: int, source: str, nbytes: int, filter_state: dict | None = None,

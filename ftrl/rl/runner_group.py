@@ -664,6 +664,9 @@ class EnvRunnerGroup(ActorGroup):
                     slot.inflight_late = True
                     self.num_samples_late += 1
         used += self._collect_retiring(results, current)
+        # in runner order, not arrival order: the same seed gives the same batch (a
+        # learner's sums depend on the order), however the runners' timing fell
+        results.sort(key=lambda r: int(r.get("worker_index", 0)))
         return SampleRound(results=results, env_steps=used)
 
     def _submit_sample(self, slot: RunnerSlot, method: str, kwargs: dict[str, Any]) -> cf.Future:

@@ -19,6 +19,13 @@ wakes on the request, the driver's receiving thread wakes on the reply.
 - A request is `{"method": "sample", "kwargs": {...}, "expect_version": v}`: `v` is the
   weights version the driver synced the runner to; a runner holding another version
   answers a stale error instead of sampling (the driver resyncs it).
+- Between requests a serving thread busy-polls (yielding its CPU each turn) for up to
+  `busy_poll_s` before it sleeps, but only while recent requests came that fast
+  (`BusyPoll`): in back-to-back rounds the next request then finds a thread already
+  running instead of waking an idle CPU (on a VM an idle vCPU halts, and waking it is
+  slow). With more runners than cores it also shortens the rounds' tail (figures in
+  benchmarks/README.md). A runner whose driver trains between rounds, or has gone away,
+  stops spinning after a few long waits.
 - The driver's `SampleChannel` belongs to one runner incarnation (a restarted runner
   has a new address and needs a new channel). `submit()` sends from the calling thread
   and returns a `concurrent.futures.Future`; the channel's own thread receives the
@@ -29,11 +36,13 @@ wakes on the request, the driver's receiving thread wakes on the reply.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import hmac
 import logging
 import os
 import socket
+import statistics
 import struct
 import threading
 import time
@@ -41,7 +50,14 @@ import traceback
 from typing import Any
 
 from ftrl.util.framing import Framing
-from ftrl.util.tcp import listen, recv_body, recv_exact, send_parts, start_accepting
+from ftrl.util.tcp import (
+    busy_poll_readable,
+    listen,
+    recv_body,
+    recv_exact,
+    send_parts,
+    start_accepting,
+)
 from ftrl.wire import codec
 from ftrl.wire.errors import (
     ActorError,
@@ -68,6 +84,7 @@ MAX_REPLY_BYTES = 1 << 30
 #: as it is and the driver decodes them as views of the one buffer it received into
 REPLY_OOB_MIN_BYTES = 256
 METHODS = frozenset({"sample"})
+BUSY_POLL_HISTORY = 5  # waits between requests that decide whether to busy-poll for the next
 
 REQUEST_FRAMING = Framing("big", MAX_REQUEST_BYTES, "sample channel request")
 REPLY_FRAMING = Framing("big", MAX_REPLY_BYTES, "sample channel reply")
@@ -96,13 +113,38 @@ def _error_reply(kind: str, exc: BaseException | None = None, message: str = "")
                                    "traceback": tb[-20_000:]}})
 
 
+class BusyPoll:
+    """How long a serving thread busy-polls for the next request: a small multiple of
+    the median of the last few waits between requests, at most `max_s`, and not at all
+    while that median is beyond `max_s` (the driver trains between rounds, or is gone).
+    The first wait is polled in full."""
+
+    def __init__(self, max_s: float, history: int = BUSY_POLL_HISTORY) -> None:
+        self.max_s = max(0.0, float(max_s))
+        self._waits: collections.deque[float] = collections.deque(maxlen=history)
+
+    def budget(self) -> float:
+        """Seconds to busy-poll for the next request (0: sleep at once)."""
+        if self.max_s <= 0 or not self._waits:
+            return self.max_s
+        typical = statistics.median(self._waits)
+        return 0.0 if typical > self.max_s else min(self.max_s, 4 * typical)
+
+    def record(self, wait_s: float) -> None:
+        """Note how long the thread waited between answering and the next request."""
+        self._waits.append(wait_s)
+
+
 class SampleServer:
     """Serves `runner.sample()` to peers that know the cluster token (see module docstring).
 
-    `runner` needs `sample(**kwargs)`, `weights_version` and a `_lock` (an RLock)."""
+    `runner` needs `sample(**kwargs)`, `weights_version` and a `_lock` (an RLock).
+    `busy_poll_s` caps the busy-poll between requests (`BusyPoll`; 0: never)."""
 
-    def __init__(self, runner: Any, host: str, token: str | None, incarnation: int = 0) -> None:
+    def __init__(self, runner: Any, host: str, token: str | None, incarnation: int = 0,
+                 busy_poll_s: float = 0.0) -> None:
         self.runner = runner
+        self.busy_poll_s = float(busy_poll_s)
         self.token = (token or "").encode()
         self.incarnation = int(incarnation)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -122,11 +164,20 @@ class SampleServer:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if not self._handshake(conn):
                     return
+                poll = BusyPoll(self.busy_poll_s)
+                idle_since, polled = time.perf_counter(), False
                 while not self._stop.is_set():
+                    if not polled:  # once per wait, not after every idle timeout
+                        polled = True
+                        budget = poll.budget()
+                        if budget > 0:
+                            busy_poll_readable(conn, budget)
                     payload = self._read_request(conn)
                     if payload is None:
                         continue  # idle: poll the stop flag again
+                    poll.record(time.perf_counter() - idle_since)
                     send_parts(conn, self._handle(payload))
+                    idle_since, polled = time.perf_counter(), False
         except (OSError, EOFError, ValueError, struct.error) as e:
             log.debug("sample channel ended: %s", e)
         finally:

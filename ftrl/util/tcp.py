@@ -5,6 +5,7 @@ a deadline, and scatter/gather sends."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -93,3 +94,25 @@ def send_parts(conn: socket.socket, parts: list[bytes | memoryview]) -> None:
             else:
                 views[0] = views[0][sent:]
                 sent = 0
+
+
+def busy_poll_readable(conn: socket.socket, budget_s: float) -> bool:
+    """Spin up to `budget_s` until `conn` has data to read (or its peer closed): True then,
+    False when the budget ran out. Each turn yields the CPU, so a spinning thread gives
+    way to anything else runnable on its core; it never sleeps, so its CPU is awake when
+    the data comes (no wake-up of an idle vCPU). The socket's blocking mode is restored."""
+    timeout = conn.gettimeout()
+    conn.setblocking(False)
+    end = time.perf_counter() + budget_s
+    try:
+        while True:
+            try:
+                conn.recv(1, socket.MSG_PEEK)  # b"": the peer closed, which the next read reports
+                return True
+            except BlockingIOError:
+                pass
+            if time.perf_counter() >= end:
+                return False
+            os.sched_yield()
+    finally:
+        conn.settimeout(timeout)

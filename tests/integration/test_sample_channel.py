@@ -1,14 +1,18 @@
 """The sample channel on real processes: the runner group samples over it, a runner
 SIGKILLed in the middle of a channel sample is recovered like any dead runner, training
-goes on, and the next samples travel on a new channel to the new incarnation."""
+goes on, and the next samples travel on a new channel to the new incarnation; a runner
+busy-polls between rounds as `sample_busy_poll_s` says."""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
+import time
 
 from ftrl.config import PPOConfig
+from ftrl.rl.runner_group import _channel_token
+from ftrl.rl.sample_plane import SampleChannel
 from ftrl.wire.errors import ActorUnavailableError
 from tests.integration.conftest import wait_until
 
@@ -83,3 +87,39 @@ def test_runner_killed_during_a_channel_sample_is_recovered_on_a_new_channel(mak
         assert new and all(inc == victim.incarnation for inc in new), sent
     finally:
         algo.stop()
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_runner_busy_polls_between_rounds_only_as_configured(make_cluster):
+    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    token = _channel_token(client)
+    spent = {}
+    for poll_s in (0.0, 0.4):
+        cfg = (PPOConfig().environment("CartPole-v1")
+               .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=8, sample_busy_poll_s=poll_s))
+        name = f"{JOB}/poll/{poll_s}"
+        handle = client.create_actor("ftrl.rl.env_runner:EnvRunner", name=name,
+                                     kwargs={"config": cfg.to_dict(), "worker_index": 1}, max_restarts=0)
+        info = handle.call("sample_address")
+        channel = SampleChannel(info["address"], token, info["incarnation"])
+        try:
+            for _ in range(3):  # rounds 0.15 s apart: within the cap, so it polls ~4 x 0.15 s (at most 0.4)
+                assert channel.submit({}, None, 30.0).result(timeout=30)["env_steps"] == 8
+                time.sleep(0.15)
+            channel.submit({}, None, 30.0).result(timeout=30)
+            pid = _pid(client, name)
+            before = _cpu_s(pid)
+            time.sleep(1.0)  # no request comes
+            spent[poll_s] = _cpu_s(pid) - before
+        finally:
+            channel.close()
+            client.kill_actor(name)
+    assert spent[0.4] > 0.1, spent  # it spun for the request that did not come, within its cap
+    assert spent[0.0] < 0.1, spent  # off: it slept at once

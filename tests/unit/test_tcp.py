@@ -1,5 +1,6 @@
 """Socket helpers of the plain-TCP planes: scatter/gather sends survive partial writes,
-exact reads fill a buffer whole or fail on time and on a closed peer."""
+exact reads fill a buffer whole or fail on time and on a closed peer, a busy-poll sees
+data arriving, gives up on time and leaves the socket as it found it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from ftrl.util.tcp import recv_body, recv_exact, recv_into_exact, send_parts
+from ftrl.util.tcp import busy_poll_readable, recv_body, recv_exact, recv_into_exact, send_parts
 
 
 def _pair(sndbuf: int = 4096) -> tuple[socket.socket, socket.socket]:
@@ -105,4 +106,31 @@ def test_recv_body_grows_with_the_data_and_a_huge_header_alone_costs_nothing():
     with pytest.raises(ConnectionError):
         recv_body(b, 1 << 30, time.monotonic() + 30)
     assert time.monotonic() - t0 < 1.0  # no 1 GiB zero-fill first
+    b.close()
+
+
+def test_busy_poll_sees_data_that_arrives_while_it_spins_and_leaves_it_unread():
+    a, b = socket.socketpair()
+    b.settimeout(2.5)
+    timer = threading.Timer(0.05, a.sendall, args=(b"xyz",))
+    timer.start()
+    t0 = time.monotonic()
+    assert busy_poll_readable(b, 20.0) is True
+    assert time.monotonic() - t0 < 10.0  # it returned on the data, not at the budget's end
+    timer.join(5)
+    assert b.gettimeout() == 2.5  # the socket's mode is as it was
+    assert b.recv(3) == b"xyz"  # peeked, not consumed
+    a.close()
+    b.close()
+
+
+def test_busy_poll_gives_up_after_its_budget_and_reports_a_closed_peer_as_readable():
+    a, b = socket.socketpair()
+    t0 = time.monotonic()
+    assert busy_poll_readable(b, 0.1) is False
+    assert 0.1 <= time.monotonic() - t0 < 5.0
+    assert b.gettimeout() is None  # blocking again
+    a.close()
+    assert busy_poll_readable(b, 5.0) is True  # EOF is for the next read to report
+    assert b.recv(1) == b""
     b.close()

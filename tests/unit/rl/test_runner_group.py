@@ -67,6 +67,22 @@ def test_sample_round_collects_from_every_runner():
         assert {a["state"] for a in client.actors()} == {"DEAD"}
 
 
+def test_a_round_lists_its_fragments_in_runner_order_whatever_order_they_came_back():
+    """The learner's sums depend on the batch's order: the same seed must give the same
+    batch however the runners' timing falls."""
+    with LocalClient() as client:
+        group = _group(client, _config())
+        group.sync_weights(0, _weights())
+        client.delay_calls("t/env_runner/0", 0.3)  # the first runner (worker_index 1) answers last
+        round_ = group.sample(32)
+        assert [r["worker_index"] for r in round_.results] == [1, 2]
+        client.delay_calls("t/env_runner/0", 0.0)
+        client.delay_calls("t/env_runner/1", 0.3)
+        round_ = group.sample(32)
+        assert [r["worker_index"] for r in round_.results] == [1, 2]
+        group.stop()
+
+
 def test_restarted_runner_is_resynced_before_it_samples_again():
     with LocalClient() as client:
         group = _group(client, _config())

@@ -1,5 +1,6 @@
 """The sample channel's framing and auth: the right token samples, a wrong one is
-refused, an oversize or malformed request is refused, errors map to the RPC path's."""
+refused, an oversize or malformed request is refused, errors map to the RPC path's; the
+serving thread busy-polls between quick requests only, within its cap."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ftrl.rl.sample_plane import (
     MAGIC,
     MAX_REQUEST_BYTES,
     REPLY_FRAMING,
+    BusyPoll,
     SampleChannel,
     SampleServer,
 )
@@ -208,3 +210,64 @@ def test_an_in_process_runner_has_no_channel_and_the_group_samples_by_rpc():
         runner.stop()
     with LocalClient() as client:
         assert _channel_token(client) is None
+
+
+def test_busy_poll_follows_the_recent_waits_within_its_cap():
+    poll = BusyPoll(0.01, history=5)
+    assert poll.budget() == 0.01  # nothing known yet: the first wait is polled in full
+    for _ in range(5):
+        poll.record(0.0005)
+    assert poll.budget() == pytest.approx(0.002)  # a few times the typical wait
+    for _ in range(2):
+        poll.record(0.002)
+    assert poll.budget() == pytest.approx(0.002)  # the median of the last five is still 0.5 ms
+    poll.record(0.002)
+    assert poll.budget() == pytest.approx(0.008)  # now 2 ms
+    for _ in range(3):
+        poll.record(1.0)  # the driver trains between rounds now: the median is past the cap
+    assert poll.budget() == 0.0
+    for _ in range(3):
+        poll.record(0.003)  # quick rounds again: it polls again, capped
+    assert poll.budget() == 0.01
+    assert BusyPoll(0.0).budget() == 0.0
+    never = BusyPoll(0.0)
+    never.record(0.0001)
+    assert never.budget() == 0.0
+
+
+def _cpu_while_idle(seconds: float) -> float:
+    """CPU seconds this process spends while the test thread sleeps `seconds`."""
+    c0 = time.process_time()
+    time.sleep(seconds)
+    return time.process_time() - c0
+
+
+def test_the_serving_thread_spins_for_the_next_request_and_stops_after_slow_ones():
+    runner = FakeRunner()
+    srv = SampleServer(runner, "127.0.0.1", TOKEN, incarnation=7, busy_poll_s=0.4)
+    ch = SampleChannel(srv.address, TOKEN, incarnation=7)
+    try:
+        for _ in range(3):  # requests 0.15 s apart: it polls up to 4 x 0.15 s, capped at 0.4 s
+            ch.submit({}, 3, 5.0).result(timeout=5)
+            time.sleep(0.15)
+        ch.submit({}, 3, 5.0).result(timeout=5)
+        assert _cpu_while_idle(0.8) > 0.1  # it spun (up to 0.4 s), then slept
+        for _ in range(3):  # waits past the cap
+            ch.submit({}, 3, 5.0).result(timeout=5)
+            time.sleep(0.5)
+        ch.submit({}, 3, 5.0).result(timeout=5)
+        assert _cpu_while_idle(0.8) < 0.08  # the median wait is past the cap: no spinning
+        assert runner.calls == 8
+    finally:
+        ch.close()
+        srv.close()
+
+
+def test_no_busy_poll_when_it_is_off(server):
+    assert server.busy_poll_s == 0.0
+    ch = SampleChannel(server.address, TOKEN, incarnation=7)
+    try:
+        ch.submit({}, 3, 5.0).result(timeout=5)
+        assert _cpu_while_idle(0.6) < 0.08
+    finally:
+        ch.close()
