@@ -135,7 +135,8 @@ class RunnerSlot(ActorSlot):
 
 @dataclass
 class SampleRound:
-    """What one call to `sample()` brought back."""
+    """What one call to `sample()` brought back: `results` in runner order (by
+    worker_index), whatever order they arrived in."""
 
     results: list[dict[str, Any]]
     env_steps: int = 0
@@ -618,7 +619,7 @@ class EnvRunnerGroup(ActorGroup):
         `min_env_steps`, which is a minimum, so a calm run drops nothing). Returns when
         all came back or failed, or when the sample timeout passed; requests not back by
         then are late, stay in flight and are collected (used if still fresh, else
-        dropped and counted) in later rounds."""
+        dropped and counted) in later rounds. Results are listed in runner order."""
         current = self.latest_version if current_version is None else current_version
         deadline = time.monotonic() + self.sample_timeout
         results: list[dict[str, Any]] = []

@@ -24,8 +24,9 @@ wakes on the request, the driver's receiving thread wakes on the reply.
   (`BusyPoll`): in back-to-back rounds the next request then finds a thread already
   running instead of waking an idle CPU (on a VM an idle vCPU halts, and waking it is
   slow). With more runners than cores it also shortens the rounds' tail (figures in
-  benchmarks/README.md). A runner whose driver trains between rounds, or has gone away,
-  stops spinning after a few long waits.
+  benchmarks/README.md). A runner whose driver trains between rounds stops spinning
+  after a few long waits; a thread spins at most once per wait, so an idle connection
+  costs nothing.
 - The driver's `SampleChannel` belongs to one runner incarnation (a restarted runner
   has a new address and needs a new channel). `submit()` sends from the calling thread
   and returns a `concurrent.futures.Future`; the channel's own thread receives the

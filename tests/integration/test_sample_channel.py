@@ -113,8 +113,8 @@ def test_a_runner_busy_polls_between_rounds_only_as_configured(make_cluster):
             for _ in range(3):  # rounds 0.15 s apart: within the cap, so it polls ~4 x 0.15 s (at most 0.4)
                 assert channel.submit({}, None, 30.0).result(timeout=30)["env_steps"] == 8
                 time.sleep(0.15)
-            channel.submit({}, None, 30.0).result(timeout=30)
             pid = _pid(client, name)
+            channel.submit({}, None, 30.0).result(timeout=30)
             before = _cpu_s(pid)
             time.sleep(1.0)  # no request comes
             spent[poll_s] = _cpu_s(pid) - before

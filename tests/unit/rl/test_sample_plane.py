@@ -271,3 +271,22 @@ def test_no_busy_poll_when_it_is_off(server):
         assert _cpu_while_idle(0.6) < 0.08
     finally:
         ch.close()
+
+
+def test_a_quiet_connection_spins_once_not_after_every_idle_poll(monkeypatch):
+    import ftrl.rl.sample_plane as sp
+
+    monkeypatch.setattr(sp, "POLL_S", 0.2)  # the serving thread's idle reads wake 5x a second
+    runner = FakeRunner()
+    srv = SampleServer(runner, "127.0.0.1", TOKEN, incarnation=7, busy_poll_s=0.3)
+    ch = SampleChannel(srv.address, TOKEN, incarnation=7)
+    try:
+        for _ in range(3):  # requests 0.1 s apart: it polls up to 0.3 s for the next
+            ch.submit({}, 3, 5.0).result(timeout=5)
+            time.sleep(0.1)
+        ch.submit({}, 3, 5.0).result(timeout=5)
+        spent = _cpu_while_idle(2.0)  # ten idle reads; no request comes
+        assert 0.1 < spent < 0.6, spent  # one spin of <= 0.3 s, not one after each idle read
+    finally:
+        ch.close()
+        srv.close()
