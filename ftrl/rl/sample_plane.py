@@ -117,8 +117,9 @@ def _error_reply(kind: str, exc: BaseException | None = None, message: str = "")
 class BusyPoll:
     """How long a serving thread busy-polls for the next request: a small multiple of
     the median of the last few waits between requests, at most `max_s`, and not at all
-    while that median is beyond `max_s` (the driver trains between rounds, or is gone).
-    The first wait is polled in full."""
+    while that median is beyond `max_s` (the driver trains between rounds). The first
+    wait is polled in full. The caller polls once per wait (an idle connection then
+    costs nothing)."""
 
     def __init__(self, max_s: float, history: int = BUSY_POLL_HISTORY) -> None:
         self.max_s = max(0.0, float(max_s))
