@@ -136,14 +136,16 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
     server = new_actor_server(servicer, security, MAX_ACTOR_MESSAGE)
     port = bind(server, f"{msg['bind_host']}:0", security)
     await server.start()
-    write_frame(ctl_out, {"kind": "started", "port": port, "pid": os.getpid(), "name": spec.name,
-                          "incarnation": incarnation})
-    log.info("actor %s incarnation %d serving on port %d (started in %.3fs)",
-             spec.name, incarnation, port, time.monotonic() - started)
+    # the handlers before "started": once the worker counts the actor alive, a SIGTERM
+    # (a pre-emption notice to the whole node) must drain it, not kill it
     stop, drain = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
     loop.add_signal_handler(signal.SIGTERM, drain.set)
+    write_frame(ctl_out, {"kind": "started", "port": port, "pid": os.getpid(), "name": spec.name,
+                          "incarnation": incarnation})
+    log.info("actor %s incarnation %d serving on port %d (started in %.3fs)",
+             spec.name, incarnation, port, time.monotonic() - started)
 
     def _ctl_readable() -> None:
         try:
