@@ -21,7 +21,6 @@ once (what the cores give when all are busy, the machine's own ceiling); the
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import json
 import multiprocessing as mp
 import os
@@ -39,7 +38,7 @@ import numpy as np  # noqa: E402
 from ftrl.config import PPOConfig  # noqa: E402
 from ftrl.rl.env_runner import EnvRunner  # noqa: E402
 from ftrl.rl.policy import make_policy  # noqa: E402
-from ftrl.rl.sample_plane import SampleChannel  # noqa: E402
+from ftrl.rl.sample_plane import SampleChannel, wait_first  # noqa: E402
 from ftrl.rl.spaces import space_spec  # noqa: E402
 
 RUNNER = "ftrl.rl.env_runner:EnvRunner"
@@ -168,7 +167,7 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
         steps, t0 = 0, time.perf_counter()
         futs = {submit(): submit for submit in submits}
         while futs:
-            done, _ = cf.wait(list(futs), return_when=cf.FIRST_COMPLETED)
+            done = wait_first(list(futs), None)
             for f in done:
                 submit = futs.pop(f)
                 steps += f.result()["env_steps"]

@@ -73,6 +73,7 @@ import numpy as np
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot, describe_error
 from ftrl.rl.env_runner import subtree_height
+from ftrl.rl.sample_plane import wait_first
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -653,7 +654,7 @@ class EnvRunnerGroup(ActorGroup):
             remaining = deadline - time.monotonic()
             if not waiting or remaining <= 0:
                 break
-            done, _ = cf.wait([s.inflight for s in waiting], timeout=remaining, return_when=cf.FIRST_COMPLETED)
+            done = wait_first([s.inflight for s in waiting], remaining)  # receives channel replies here
             for slot in waiting:
                 if slot.inflight in done:
                     used += self._collect(slot, results, current)

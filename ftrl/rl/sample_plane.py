@@ -3,7 +3,7 @@
 A sample through the actor RPC path crosses ~10 thread hand-offs (driver thread, client
 event loop, gRPC, the actor's loop, its call thread and back), each paying the wake-up
 of an idle vCPU. This channel has two on the critical path: the runner's serving thread
-wakes on the request, the driver's receiving thread wakes on the reply.
+wakes on the request, the driver thread waiting for the round wakes on the reply.
 
 - The runner process runs a `SampleServer` (started on the first `sample_address()`
   call), bound to its node's address like the weights plane. One thread per connection
@@ -29,8 +29,9 @@ wakes on the request, the driver's receiving thread wakes on the reply.
   costs nothing.
 - The driver's `SampleChannel` belongs to one runner incarnation (a restarted runner
   has a new address and needs a new channel). `submit()` sends from the calling thread
-  and returns a `concurrent.futures.Future`; the channel's own thread receives the
-  reply. Errors map to what the RPC path raises: a closed/refused/reset connection ->
+  and returns a `ChannelReply` (a `concurrent.futures.Future`); the thread that waits
+  for it receives the reply (`wait_first` for several at once): no receiver thread, so
+  a reply costs the driver one wake-up and no hand-off. Errors map to what the RPC path raises: a closed/refused/reset connection ->
   `ActorUnavailableError`, no reply in time -> `FtrlTimeoutError` (both close the
   channel), an exception in `sample()` -> `ActorError` with the remote traceback.
 """
@@ -41,7 +42,9 @@ import collections
 import concurrent.futures as cf
 import hmac
 import logging
+import math
 import os
+import select
 import socket
 import statistics
 import struct
@@ -278,6 +281,97 @@ class SampleServer:
                 pass
 
 
+class ChannelReply(cf.Future):
+    """The reply to one request on a `SampleChannel`, received by the thread that asks for
+    it: `done()` takes it if it has come (never blocks), `result()`/`exception()` wait
+    for it, `wait_first` waits for the first of several. There is no receiver thread, so
+    a reply wakes one driver thread, not a receiver and then the waiter. Like a running
+    call it cannot be cancelled. Do not pass it to `concurrent.futures.wait` (nothing
+    would receive it): use `wait_first`."""
+
+    def __init__(self, channel: SampleChannel, deadline: float, timeout_s: float) -> None:
+        super().__init__()
+        self.set_running_or_notify_cancel()
+        self.channel = channel
+        self.deadline = deadline  # monotonic: no reply by then -> FtrlTimeoutError
+        self.timeout_s = timeout_s
+
+    def done(self) -> bool:
+        if not super().done():
+            self.channel._receive(self, 0.0)
+        return super().done()
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return super().exception(0)
+
+    def _wait(self, timeout: float | None) -> None:
+        if not super().done():
+            self.channel._receive(self, timeout)
+        if not super().done():
+            raise cf.TimeoutError()
+
+    def _finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Complete once (a close racing a receive must not complete it twice)."""
+        try:
+            if error is not None:
+                self.set_exception(error)
+            else:
+                self.set_result(result)
+        except cf.InvalidStateError:
+            pass
+
+
+def wait_first(futures: list[cf.Future], timeout: float | None) -> set[cf.Future]:
+    """`concurrent.futures.wait(futures, timeout, FIRST_COMPLETED)`'s done set, for futures
+    that may include `ChannelReply`s: this thread receives those replies itself (one
+    wake-up each). Empty when `timeout` passed first."""
+    replies = [f for f in futures if isinstance(f, ChannelReply)]
+    if not replies:
+        return cf.wait(futures, timeout, cf.FIRST_COMPLETED)[0]
+    others = [f for f in futures if not isinstance(f, ChannelReply)]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    wake: tuple[socket.socket, socket.socket] | None = None
+    try:
+        while True:
+            done = {f for f in futures if f.done()}  # takes the replies that came
+            if done:
+                return done
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return set()
+            if others and wake is None:  # the other futures wake the poll below when done
+                wake = socket.socketpair()
+                for f in others:
+                    f.add_done_callback(lambda _f, w=wake[1]: _poke(w))
+            poller = select.poll()
+            for r in replies:
+                fd = r.channel.fileno()
+                if fd >= 0:
+                    poller.register(fd, select.POLLIN)
+            if wake is not None:
+                poller.register(wake[0], select.POLLIN)
+            until = min(r.deadline for r in replies)  # a reply past its deadline fails
+            if deadline is not None:
+                until = min(until, deadline)
+            poller.poll(max(0, math.ceil((until - now) * 1000)))
+    finally:
+        if wake is not None:
+            for sock in wake:
+                sock.close()
+
+
+def _poke(sock: socket.socket) -> None:
+    try:
+        sock.send(b"\0")
+    except OSError:  # the wait is over and closed it
+        pass
+
+
 class SampleChannel:
     """The driver's end: one connection to one runner incarnation (module docstring)."""
 
@@ -308,18 +402,23 @@ class SampleChannel:
             self._sock.close()
             raise StaleIncarnationError(f"sample channel {address} serves incarnation {hello.get('incarnation')}, "
                                         f"not {self.incarnation}")
-        self._receiver = cf.ThreadPoolExecutor(1, thread_name_prefix="ftrl-sample-recv")
-        self._busy = False
-        self._lock = threading.Lock()
+        self._pending: ChannelReply | None = None
+        self._lock = threading.Lock()  # sending, closing
+        self._recv_lock = threading.Lock()  # one thread receives at a time
 
-    def submit(self, kwargs: dict[str, Any] | None, expect_version: int | None, timeout_s: float) -> cf.Future:
-        """Send one sample request now; the Future gets the result or the mapped error
-        (`timeout_s` bounds the wait for the reply). Raises ActorUnavailableError when the
-        channel is closed or cannot send, RuntimeError when a request is in flight."""
+    def fileno(self) -> int:
+        """The socket's descriptor (-1 once closed): readable when a reply is coming."""
+        return -1 if self.closed else self._sock.fileno()
+
+    def submit(self, kwargs: dict[str, Any] | None, expect_version: int | None, timeout_s: float) -> ChannelReply:
+        """Send one sample request now; the `ChannelReply` gets the result or the mapped
+        error (`timeout_s` bounds the wait for the reply). Raises ActorUnavailableError
+        when the channel is closed or cannot send, RuntimeError when a request is in
+        flight."""
         with self._lock:
             if self.closed:
                 raise ActorUnavailableError(f"sample channel {self.address} is closed")
-            if self._busy:
+            if self._pending is not None:
                 raise RuntimeError("a sample request is already in flight on this channel")
             payload = codec.encode({"method": "sample", "kwargs": kwargs or {}, "expect_version": expect_version})
             try:
@@ -327,30 +426,52 @@ class SampleChannel:
             except OSError as e:
                 self._close_locked()
                 raise ActorUnavailableError(f"sample channel {self.address}: send failed: {e}") from e
-            self._busy = True
-            try:
-                return self._receiver.submit(self._receive, time.monotonic() + timeout_s, timeout_s)
-            except RuntimeError as e:  # closed meanwhile
-                self._busy = False
-                raise ActorUnavailableError(f"sample channel {self.address} is closed") from e
+            self._pending = ChannelReply(self, time.monotonic() + timeout_s, timeout_s)
+            return self._pending
 
-    def _receive(self, deadline: float, timeout_s: float) -> Any:
+    def _receive(self, reply: ChannelReply, wait_s: float | None) -> None:
+        """Take `reply` if it has come within `wait_s` (0: only if here now; None: up to
+        its deadline); fail it when its deadline passed with nothing come."""
+        if not self._recv_lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            return  # another thread is receiving it
         try:
-            reply = self._read_reply(deadline)
-        except TimeoutError as e:
-            self.close()
-            raise FtrlTimeoutError(f"sample channel {self.address}: no reply within {timeout_s:g}s") from e
-        except (OSError, EOFError, ValueError, FtrlError) as e:
-            self.close()
-            if isinstance(e, FtrlError) and not isinstance(e, InvalidArgumentError):
-                raise
-            raise ActorUnavailableError(f"sample channel {self.address} broke: {e}") from e
-        finally:
+            if cf.Future.done(reply):
+                return
+            now = time.monotonic()
+            limit = reply.deadline if wait_s is None else min(reply.deadline, now + wait_s)
+            if not self.closed and not _readable(self._sock, limit - now):
+                if time.monotonic() < reply.deadline:
+                    return
+                self._fail(reply, FtrlTimeoutError(f"sample channel {self.address}: no reply within {reply.timeout_s:g}s"))
+                return
+            try:
+                if self.closed:
+                    raise OSError("closed")
+                # it has begun: a reply nobody asked for until past its deadline still counts
+                answer = self._read_reply(max(reply.deadline, time.monotonic() + FRAME_TIMEOUT_S))
+            except TimeoutError:
+                self._fail(reply, FtrlTimeoutError(f"sample channel {self.address}: no reply within {reply.timeout_s:g}s"))
+                return
+            except (OSError, EOFError, ValueError, FtrlError) as e:
+                if isinstance(e, FtrlError) and not isinstance(e, InvalidArgumentError):
+                    self._fail(reply, e)
+                else:
+                    self._fail(reply, ActorUnavailableError(f"sample channel {self.address} broke: {e}"))
+                return
             with self._lock:
-                self._busy = False
-        if "error" in reply:
-            raise _error_of(reply["error"], self.address)
-        return reply["result"]
+                if self._pending is reply:
+                    self._pending = None
+            if "error" in answer:
+                reply._finish(error=_error_of(answer["error"], self.address))
+            else:
+                reply._finish(answer["result"])
+        finally:
+            self._recv_lock.release()
+
+    def _fail(self, reply: ChannelReply, error: FtrlError) -> None:
+        """Fail `reply` with `error` and close the channel (what follows on it is unknown)."""
+        reply._finish(error=error)
+        self.close()
 
     def _read_reply(self, deadline: float) -> dict[str, Any]:
         """One reply frame, read into one buffer of its size (its arrays are views of it)."""
@@ -364,23 +485,34 @@ class SampleChannel:
             raise InvalidArgumentError("malformed sample channel reply")
         return reply
 
-    def _close_locked(self) -> None:
+    def _close_locked(self) -> ChannelReply | None:
         if self.closed:
-            return
+            return None
         self.closed = True
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a receiver blocked in recv
+            self._sock.shutdown(socket.SHUT_RDWR)  # ends a receive under way
         except OSError:
             pass
         self._sock.close()
+        pending, self._pending = getattr(self, "_pending", None), None
+        return pending
 
     def close(self) -> None:
         """Close the connection (a reply in flight fails with ActorUnavailableError)."""
         with self._lock:
-            self._close_locked()
-        receiver = getattr(self, "_receiver", None)
-        if receiver is not None:
-            receiver.shutdown(wait=False)
+            pending = self._close_locked()
+        if pending is not None:
+            pending._finish(error=ActorUnavailableError(f"sample channel {self.address} is closed"))
+
+
+def _readable(sock: socket.socket, wait_s: float) -> bool:
+    """Whether `sock` has data (or its peer closed) within `wait_s` (<= 0: now)."""
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLIN)
+    except (OSError, ValueError):  # closed meanwhile: the read that follows reports it
+        return True
+    return bool(poller.poll(max(0, math.ceil(wait_s * 1000))))
 
 
 def _error_of(error: Any, address: str) -> FtrlError:

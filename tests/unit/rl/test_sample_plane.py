@@ -4,6 +4,7 @@ serving thread busy-polls between quick requests only, within its cap."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import socket
 import struct
 import threading
@@ -18,8 +19,10 @@ from ftrl.rl.sample_plane import (
     MAX_REQUEST_BYTES,
     REPLY_FRAMING,
     BusyPoll,
+    ChannelReply,
     SampleChannel,
     SampleServer,
+    wait_first,
 )
 from ftrl.wire import codec
 from ftrl.wire.errors import (
@@ -129,18 +132,19 @@ def test_an_oversize_request_frame_is_refused(server):
 
 def test_a_malformed_request_and_an_unknown_method_are_refused(server):
     ch = SampleChannel(server.address, TOKEN)
+
+    def raw_request(frame: bytes) -> ChannelReply:  # what submit() does, with any bytes
+        with ch._lock:
+            ch._sock.sendall(frame)
+            ch._pending = ChannelReply(ch, time.monotonic() + 5, 5)
+            return ch._pending
+
     try:
-        with ch._lock:
-            ch._sock.sendall(struct.pack("!I", 3) + b"\xc1\xc1\xc1")
-            ch._busy = True
         with pytest.raises(InvalidArgumentError):
-            ch._receiver.submit(ch._receive, time.monotonic() + 5, 5).result(timeout=5)
+            raw_request(struct.pack("!I", 3) + b"\xc1\xc1\xc1").result(timeout=5)
         payload, _ = codec.encode_parts({"method": "set_weights", "kwargs": {}})
-        with ch._lock:
-            ch._sock.sendall(struct.pack("!I", sum(len(p) for p in payload)) + b"".join(payload))
-            ch._busy = True
         with pytest.raises(InvalidArgumentError):
-            ch._receiver.submit(ch._receive, time.monotonic() + 5, 5).result(timeout=5)
+            raw_request(struct.pack("!I", sum(len(p) for p in payload)) + b"".join(payload)).result(timeout=5)
         assert server.runner.calls == 0
     finally:
         ch.close()
@@ -194,6 +198,96 @@ def test_drain_waits_for_the_sample_in_flight(server):
         assert fut.result(timeout=5)["env_steps"] == 12
     finally:
         ch.close()
+
+
+def test_a_reply_is_received_by_the_thread_that_asks_and_channels_start_no_threads(server):
+    before = threading.active_count()
+    channels = [SampleChannel(server.address, TOKEN) for _ in range(4)]
+    try:
+        assert threading.active_count() == before + 4  # the server's threads, none of ours
+        server.runner.sleep_s = 0.3
+        reply = channels[0].submit({}, None, 10.0)
+        assert threading.active_count() == before + 4  # no receiver thread either
+        t0 = time.monotonic()
+        assert not reply.done()  # not here yet: done() does not wait for it
+        assert time.monotonic() - t0 < 0.1
+        with pytest.raises(cf.TimeoutError):
+            reply.result(timeout=0.05)
+        assert not reply.cancel()  # like a running call
+        assert reply.result(timeout=5)["env_steps"] == 12
+        assert reply.done() and reply.exception() is None
+        # a reply nobody asked for waits on the socket; the next request's is not mixed up
+        server.runner.sleep_s = 0.0
+        late = channels[1].submit({}, None, 10.0)
+        time.sleep(0.2)  # it came; nothing received it
+        with pytest.raises(RuntimeError):
+            channels[1].submit({}, None, 10.0)  # one request in flight per channel
+        assert late.done() and late.result()["env_steps"] == 12
+        assert channels[1].submit({}, None, 10.0).result(timeout=5)["env_steps"] == 12
+        assert server.runner.calls == 3
+    finally:
+        for ch in channels:
+            ch.close()
+
+
+def test_wait_first_returns_the_first_reply_or_other_future_and_honours_its_timeout(server):
+    ch = SampleChannel(server.address, TOKEN)
+    try:
+        server.runner.sleep_s = 0.5
+        reply = ch.submit({}, None, 10.0)
+        other: cf.Future = cf.Future()
+        t0 = time.monotonic()
+        assert wait_first([reply, other], 0.1) == set()  # neither: back after the timeout
+        assert 0.09 <= time.monotonic() - t0 < 0.4
+        threading.Timer(0.1, other.set_result, ("rpc",)).start()
+        t0 = time.monotonic()
+        assert wait_first([reply, other], 5.0) == {other}  # an RPC future wakes it at once
+        assert time.monotonic() - t0 < 0.35
+        assert wait_first([reply], 5.0) == {reply}
+        assert reply.result(timeout=0)["env_steps"] == 12
+        pending: cf.Future = cf.Future()
+        threading.Timer(0.1, pending.set_result, (1,)).start()
+        assert wait_first([pending], 5.0) == {pending}  # no reply among them: as cf.wait
+    finally:
+        ch.close()
+
+
+def test_a_reply_that_came_in_time_counts_when_asked_for_after_its_deadline(server):
+    ch = SampleChannel(server.address, TOKEN)
+    try:
+        reply = ch.submit({}, None, 0.3)
+        time.sleep(0.6)  # the driver was busy (training): nobody received it in time
+        assert reply.result(timeout=0)["env_steps"] == 12
+        assert not ch.closed
+    finally:
+        ch.close()
+
+
+def test_a_reply_past_its_deadline_fails_even_when_only_done_is_asked(server):
+    ch = SampleChannel(server.address, TOKEN)
+    try:
+        server.runner.sleep_s = 1.0
+        reply = ch.submit({}, None, 0.2)
+        assert not reply.done()
+        time.sleep(0.3)
+        assert reply.done()
+        with pytest.raises(FtrlTimeoutError):
+            reply.result()
+        assert ch.closed
+    finally:
+        ch.close()
+
+
+def test_closing_a_channel_fails_the_reply_a_thread_is_waiting_for(server):
+    ch = SampleChannel(server.address, TOKEN)
+    server.runner.sleep_s = 2.0
+    reply = ch.submit({}, None, 30.0)
+    assert server.runner.started.wait(5.0)
+    threading.Timer(0.2, ch.close).start()
+    t0 = time.monotonic()
+    with pytest.raises(ActorUnavailableError):
+        reply.result(timeout=10)
+    assert time.monotonic() - t0 < 1.5  # not the runner's 2 s, not the 30 s deadline
 
 
 def test_an_in_process_runner_has_no_channel_and_the_group_samples_by_rpc():
