@@ -295,6 +295,7 @@ class ChannelReply(cf.Future):
         self.channel = channel
         self.deadline = deadline  # monotonic: no reply by then -> FtrlTimeoutError
         self.timeout_s = timeout_s
+        self.begun = False  # some of it came: it has FRAME_TIMEOUT_S more to finish
 
     def done(self) -> bool:
         if not super().done():
@@ -336,6 +337,7 @@ def wait_first(futures: list[cf.Future], timeout: float | None) -> set[cf.Future
     others = [f for f in futures if not isinstance(f, ChannelReply)]
     deadline = None if timeout is None else time.monotonic() + timeout
     wake: tuple[socket.socket, socket.socket] | None = None
+    woken_by: set[int] = set()  # futures whose completion pokes `wake`
     try:
         while True:
             done = {f for f in futures if f.done()}  # takes the replies that came
@@ -344,25 +346,36 @@ def wait_first(futures: list[cf.Future], timeout: float | None) -> set[cf.Future
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return set()
-            if others and wake is None:  # the other futures wake the poll below when done
+            # another thread receiving a reply: its completion, not its socket, wakes us
+            elsewhere = [r for r in replies if r.channel._recv_lock.locked()]
+            if (others or elsewhere) and wake is None:
                 wake = socket.socketpair()
-                for f in others:
-                    f.add_done_callback(lambda _f, w=wake[1]: _poke(w))
+            for f in (*others, *elsewhere):
+                if id(f) not in woken_by:
+                    woken_by.add(id(f))
+                    f.add_done_callback(lambda _f, w=wake[1]: _poke(w))  # type: ignore[index]
             poller = select.poll()
             for r in replies:
                 fd = r.channel.fileno()
-                if fd >= 0:
+                if fd >= 0 and r not in elsewhere:
                     poller.register(fd, select.POLLIN)
             if wake is not None:
                 poller.register(wake[0], select.POLLIN)
             until = min(r.deadline for r in replies)  # a reply past its deadline fails
             if deadline is not None:
                 until = min(until, deadline)
-            poller.poll(max(0, math.ceil((until - now) * 1000)))
+            if elsewhere:  # its receiver may give up without finishing it: look again soon
+                until = min(until, now + 0.05)
+            poller.poll(_poll_ms(until - now))
     finally:
         if wake is not None:
             for sock in wake:
                 sock.close()
+
+
+def _poll_ms(seconds: float) -> int:
+    """A `poll()` timeout: milliseconds rounded up, within what poll accepts."""
+    return max(0, min(math.ceil(seconds * 1000), 2**31 - 1))
 
 
 def _poke(sock: socket.socket) -> None:
@@ -370,6 +383,54 @@ def _poke(sock: socket.socket) -> None:
         sock.send(b"\0")
     except OSError:  # the wait is over and closed it
         pass
+
+
+class _FrameReader:
+    """One reply frame, read in steps of whatever has come (the socket is non-blocking):
+    a receive never waits on a frame that has begun and stalled."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.head = bytearray()
+        self.body: bytearray | None = None
+        self.got = 0
+        self.size = 0
+
+    @property
+    def begun(self) -> bool:
+        return bool(self.head)
+
+    def feed(self, sock: socket.socket) -> bytearray | None:
+        """Read what is there; the payload once the frame is whole, else None. Raises
+        EOFError when the peer closed, FrameTooLargeError, OSError."""
+        header = REPLY_FRAMING.header.size
+        while True:
+            try:
+                if self.body is None:
+                    chunk = sock.recv(header - len(self.head))
+                    if not chunk:
+                        raise EOFError("sample channel closed")
+                    self.head += chunk
+                    if len(self.head) < header:
+                        continue
+                    self.size = REPLY_FRAMING.body_size(bytes(self.head))
+                    self.body = bytearray(min(self.size, 1 << 20))  # grown as the bytes come
+                    self.got = 0
+                elif self.got == len(self.body) < self.size:
+                    self.body += bytes(min(len(self.body), self.size - len(self.body)))
+                elif self.got < self.size:
+                    n = sock.recv_into(memoryview(self.body)[self.got:])
+                    if n == 0:
+                        raise EOFError("sample channel closed")
+                    self.got += n
+                if self.body is not None and self.got == self.size:
+                    payload = self.body
+                    self._reset()
+                    return payload
+            except BlockingIOError:
+                return None
 
 
 class SampleChannel:
@@ -402,6 +463,9 @@ class SampleChannel:
             self._sock.close()
             raise StaleIncarnationError(f"sample channel {address} serves incarnation {hello.get('incarnation')}, "
                                         f"not {self.incarnation}")
+        self._send_timeout_s = connect_timeout_s
+        self._sock.settimeout(0.0)  # replies are read in steps (`_FrameReader`)
+        self._reader = _FrameReader()
         self._pending: ChannelReply | None = None
         self._lock = threading.Lock()  # sending, closing
         self._recv_lock = threading.Lock()  # one thread receives at a time
@@ -422,7 +486,9 @@ class SampleChannel:
                 raise RuntimeError("a sample request is already in flight on this channel")
             payload = codec.encode({"method": "sample", "kwargs": kwargs or {}, "expect_version": expect_version})
             try:
+                self._sock.settimeout(self._send_timeout_s)
                 self._sock.sendall(REQUEST_FRAMING.pack(payload))
+                self._sock.settimeout(0.0)
             except OSError as e:
                 self._close_locked()
                 raise ActorUnavailableError(f"sample channel {self.address}: send failed: {e}") from e
@@ -430,51 +496,64 @@ class SampleChannel:
             return self._pending
 
     def _receive(self, reply: ChannelReply, wait_s: float | None) -> None:
-        """Take `reply` if it has come within `wait_s` (0: only if here now; None: up to
-        its deadline); fail it when its deadline passed with nothing come."""
-        if not self._recv_lock.acquire(timeout=-1 if wait_s is None else wait_s):
+        """Take `reply` if it has come within `wait_s` (0: only what is here now; None: up
+        to its deadline). It fails with FtrlTimeoutError when its deadline has passed and
+        nothing of it has come by the time it is asked for; once begun, it has
+        `FRAME_TIMEOUT_S` more to finish (so a reply that came while the driver was busy
+        still counts). Completes it outside the locks (its callbacks may submit again)."""
+        if not self._recv_lock.acquire(timeout=-1 if wait_s is None else min(wait_s, threading.TIMEOUT_MAX)):
             return  # another thread is receiving it
         try:
-            if cf.Future.done(reply):
-                return
-            now = time.monotonic()
-            limit = reply.deadline if wait_s is None else min(reply.deadline, now + wait_s)
-            if not self.closed and not _readable(self._sock, limit - now):
-                if time.monotonic() < reply.deadline:
-                    return
-                self._fail(reply, FtrlTimeoutError(f"sample channel {self.address}: no reply within {reply.timeout_s:g}s"))
-                return
-            try:
-                if self.closed:
-                    raise OSError("closed")
-                # it has begun: a reply nobody asked for until past its deadline still counts
-                answer = self._read_reply(max(reply.deadline, time.monotonic() + FRAME_TIMEOUT_S))
-            except TimeoutError:
-                self._fail(reply, FtrlTimeoutError(f"sample channel {self.address}: no reply within {reply.timeout_s:g}s"))
-                return
-            except (OSError, EOFError, ValueError, FtrlError) as e:
-                if isinstance(e, FtrlError) and not isinstance(e, InvalidArgumentError):
-                    self._fail(reply, e)
-                else:
-                    self._fail(reply, ActorUnavailableError(f"sample channel {self.address} broke: {e}"))
-                return
-            with self._lock:
-                if self._pending is reply:
-                    self._pending = None
-            if "error" in answer:
-                reply._finish(error=_error_of(answer["error"], self.address))
-            else:
-                reply._finish(answer["result"])
+            outcome = None if cf.Future.done(reply) else self._receive_locked(reply, wait_s)
         finally:
             self._recv_lock.release()
+        if outcome is not None:
+            reply._finish(*outcome)
 
-    def _fail(self, reply: ChannelReply, error: FtrlError) -> None:
-        """Fail `reply` with `error` and close the channel (what follows on it is unknown)."""
-        reply._finish(error=error)
-        self.close()
+    def _receive_locked(self, reply: ChannelReply, wait_s: float | None) -> tuple[Any, FtrlError | None] | None:
+        """`_receive`'s work: (result, None), (None, error), or None when not yet."""
+        start = time.monotonic()
+        while True:
+            if self.closed:
+                return None, ActorUnavailableError(f"sample channel {self.address} is closed")
+            try:
+                payload = self._reader.feed(self._sock)
+                answer = None if payload is None else codec.decode_parts(payload)
+                if payload is not None and not isinstance(answer, dict):
+                    raise InvalidArgumentError("malformed sample channel reply")
+            except (OSError, EOFError, ValueError, FtrlError) as e:
+                if isinstance(e, FtrlError) and not isinstance(e, InvalidArgumentError):
+                    return self._failed(e)
+                return self._failed(ActorUnavailableError(f"sample channel {self.address} broke: {e}"))
+            if payload is not None:
+                assert isinstance(answer, dict)
+                with self._lock:
+                    if self._pending is reply:
+                        self._pending = None
+                if "error" in answer:
+                    return None, _error_of(answer["error"], self.address)
+                return answer["result"], None
+            now = time.monotonic()
+            if self._reader.begun and not reply.begun:
+                reply.begun = True
+                reply.deadline = max(reply.deadline, now + FRAME_TIMEOUT_S)
+            if now >= reply.deadline:
+                return self._failed(FtrlTimeoutError(
+                    f"sample channel {self.address}: no reply within {reply.timeout_s:g}s"))
+            limit = reply.deadline if wait_s is None else min(reply.deadline, start + wait_s)
+            if now >= limit:
+                return None
+            _readable(self._sock, limit - now)
+
+    def _failed(self, error: FtrlError) -> tuple[None, FtrlError]:
+        """Close the channel (what follows on it is unknown) for a reply failing with
+        `error` (the caller completes it with that error, not "closed")."""
+        with self._lock:
+            self._close_locked()
+        return None, error
 
     def _read_reply(self, deadline: float) -> dict[str, Any]:
-        """One reply frame, read into one buffer of its size (its arrays are views of it)."""
+        """One whole frame, waiting up to `deadline` (the handshake's answer)."""
         try:
             size = REPLY_FRAMING.body_size(recv_exact(self._sock, REPLY_FRAMING.header.size, deadline))
             payload = recv_body(self._sock, size, deadline)
@@ -512,7 +591,7 @@ def _readable(sock: socket.socket, wait_s: float) -> bool:
         poller.register(sock, select.POLLIN)
     except (OSError, ValueError):  # closed meanwhile: the read that follows reports it
         return True
-    return bool(poller.poll(max(0, math.ceil(wait_s * 1000))))
+    return bool(poller.poll(_poll_ms(wait_s)))
 
 
 def _error_of(error: Any, address: str) -> FtrlError:

@@ -278,6 +278,96 @@ def test_a_reply_past_its_deadline_fails_even_when_only_done_is_asked(server):
         ch.close()
 
 
+def test_a_reply_that_stalls_half_sent_never_blocks_done_or_wait_first(server, monkeypatch):
+    import ftrl.rl.sample_plane as sample_plane
+
+    resume = threading.Event()
+    real_send_parts = sample_plane.send_parts
+
+    def stalling_send_parts(conn, parts):  # 10 bytes, then the rest once resumed
+        data = b"".join(bytes(p) for p in parts)
+        conn.sendall(data[:10])
+        resume.wait(10)
+        real_send_parts(conn, [data[10:]])
+
+    monkeypatch.setattr(sample_plane, "send_parts", stalling_send_parts)
+    ch = SampleChannel(server.address, TOKEN)
+    try:
+        reply = ch.submit({}, None, 10.0)
+        time.sleep(0.3)  # the 10 bytes are here
+        t0 = time.monotonic()
+        assert not reply.done()
+        assert wait_first([reply], 0.3) == set()
+        assert time.monotonic() - t0 < 0.8
+        resume.set()
+        assert wait_first([reply], 5.0) == {reply}
+        assert reply.result(timeout=0)["env_steps"] == 12
+        # one that began and stalls for good fails FRAME_TIMEOUT_S after it began
+        monkeypatch.setattr(sample_plane, "FRAME_TIMEOUT_S", 0.5)
+        resume.clear()
+        reply = ch.submit({}, None, 0.2)
+        t0 = time.monotonic()
+        with pytest.raises(FtrlTimeoutError):
+            reply.result(timeout=5)
+        assert 0.4 < time.monotonic() - t0 < 2.0
+        assert ch.closed
+    finally:
+        resume.set()
+        ch.close()
+
+
+def test_huge_timeouts_are_accepted(server):
+    ch = SampleChannel(server.address, TOKEN)
+    try:
+        reply = ch.submit({}, None, 1e12)
+        assert wait_first([reply], 1e12) == {reply}
+        assert ch.submit({}, None, 1e12).result(timeout=1e12)["env_steps"] == 12
+    finally:
+        ch.close()
+
+
+def test_a_done_callback_may_submit_again_and_wait_for_that_reply(server):
+    ch = SampleChannel(server.address, TOKEN)
+    got = []
+
+    def again(_fut):
+        got.append(ch.submit({}, None, 5.0).result(timeout=5)["env_steps"])
+
+    try:
+        reply = ch.submit({}, None, 5.0)
+        reply.add_done_callback(again)
+        assert reply.result(timeout=5)["env_steps"] == 12
+        assert got == [12]
+    finally:
+        ch.close()
+
+
+def test_wait_first_wakes_when_another_thread_receives_the_reply(server):
+    ch = SampleChannel(server.address, TOKEN)
+    try:
+        real_receive = ch._receive_locked
+
+        def slow_receive(reply, wait_s):  # the socket is drained well before the reply is done
+            outcome = real_receive(reply, wait_s)
+            if outcome is not None:
+                time.sleep(0.3)
+            return outcome
+
+        ch._receive_locked = slow_receive
+        server.runner.sleep_s = 0.4
+        reply = ch.submit({}, None, 30.0)
+        taker = threading.Thread(target=reply.result, args=(10,))
+        taker.start()
+        time.sleep(0.1)  # the other thread holds the receive
+        t0 = time.monotonic()
+        assert wait_first([reply], 10.0) == {reply}
+        assert time.monotonic() - t0 < 1.5
+        taker.join(5)
+        assert reply.result(timeout=0)["env_steps"] == 12
+    finally:
+        ch.close()
+
+
 def test_closing_a_channel_fails_the_reply_a_thread_is_waiting_for(server):
     ch = SampleChannel(server.address, TOKEN)
     server.runner.sleep_s = 2.0
