@@ -25,6 +25,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from ftrl.util.futures import settle
 from ftrl.util.imports import import_class
 from ftrl.wire import codec
 from ftrl.wire.errors import (
@@ -242,16 +243,16 @@ class LocalClient:
                 result = codec.decode(codec.encode(fn(*call_args, **call_kwargs)))
             except Exception as e:
                 err: BaseException = ActorError(type(e).__name__, str(e), traceback.format_exc())
-                _settle(outer, error=err)
+                settle(outer, error=err)
             else:
-                _settle(outer, result=result)
+                settle(outer, result=result)
             with actor.cond:
                 actor.pending.discard(outer)
 
         try:
             executor.submit(run)
         except RuntimeError:  # shut down by a crash in between
-            _settle(outer, error=ActorUnavailableError(f"actor {name} died"))
+            settle(outer, error=ActorUnavailableError(f"actor {name} died"))
         return outer
 
     def _wait_alive(self, name: str, timeout: float) -> int:
@@ -266,16 +267,6 @@ class LocalClient:
                     raise FtrlTimeoutError(f"actor {name} not ALIVE within {timeout}s")
                 actor.cond.wait(remaining)
             return actor.incarnation
-
-
-def _settle(fut: cf.Future, result: Any = None, error: BaseException | None = None) -> None:
-    try:
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(result)
-    except cf.InvalidStateError:
-        pass  # already failed by a crash or a timeout
 
 
 class LocalHandle:
@@ -297,7 +288,7 @@ class LocalHandle:
         if self._timeout is not None and not fut.done():
             timer = threading.Timer(
                 self._timeout,
-                _settle,
+                settle,
                 args=(fut,),
                 kwargs={"error": FtrlTimeoutError(f"{self.name}.{method}: deadline of {self._timeout}s exceeded")},
             )

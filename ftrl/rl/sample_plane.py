@@ -54,6 +54,7 @@ import traceback
 from typing import Any
 
 from ftrl.util.framing import Framing
+from ftrl.util.futures import settle
 from ftrl.util.tcp import (
     busy_poll_readable,
     listen,
@@ -318,13 +319,7 @@ class ChannelReply(cf.Future):
 
     def _finish(self, result: Any = None, error: BaseException | None = None) -> None:
         """Complete once (a close racing a receive must not complete it twice)."""
-        try:
-            if error is not None:
-                self.set_exception(error)
-            else:
-                self.set_result(result)
-        except cf.InvalidStateError:
-            pass
+        settle(self, result, error)
 
 
 def wait_first(futures: list[cf.Future], timeout: float | None) -> set[cf.Future]:

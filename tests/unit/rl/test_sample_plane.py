@@ -5,6 +5,7 @@ serving thread busy-polls between quick requests only, within its cap."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import select
 import socket
 import struct
 import threading
@@ -68,6 +69,16 @@ def server():
 def _connect(address: str) -> socket.socket:
     host, _, port = address.rpartition(":")
     return socket.create_connection((host, int(port)), timeout=5)
+
+
+def _until(check, timeout_s: float = 5.0) -> bool:
+    """Poll `check` until it holds (True) or `timeout_s` passed (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -219,7 +230,7 @@ def test_a_reply_is_received_by_the_thread_that_asks_and_channels_start_no_threa
         # a reply nobody asked for waits on the socket; the next request's is not mixed up
         server.runner.sleep_s = 0.0
         late = channels[1].submit({}, None, 10.0)
-        time.sleep(0.2)  # it came; nothing received it
+        assert select.select([channels[1].fileno()], [], [], 5)[0]  # it came; nothing received it
         with pytest.raises(RuntimeError):
             channels[1].submit({}, None, 10.0)  # one request in flight per channel
         assert late.done() and late.result()["env_steps"] == 12
@@ -294,7 +305,7 @@ def test_a_reply_that_stalls_half_sent_never_blocks_done_or_wait_first(server, m
     ch = SampleChannel(server.address, TOKEN)
     try:
         reply = ch.submit({}, None, 10.0)
-        time.sleep(0.3)  # the 10 bytes are here
+        assert select.select([ch.fileno()], [], [], 5)[0]  # the 10 bytes are here
         t0 = time.monotonic()
         assert not reply.done()
         assert wait_first([reply], 0.3) == set()
@@ -358,7 +369,7 @@ def test_wait_first_wakes_when_another_thread_receives_the_reply(server):
         reply = ch.submit({}, None, 30.0)
         taker = threading.Thread(target=reply.result, args=(10,))
         taker.start()
-        time.sleep(0.1)  # the other thread holds the receive
+        assert _until(ch._recv_lock.locked)  # the other thread holds the receive
         t0 = time.monotonic()
         assert wait_first([reply], 10.0) == {reply}
         assert time.monotonic() - t0 < 1.5
