@@ -31,9 +31,10 @@ wakes on the request, the driver thread waiting for the round wakes on the reply
   has a new address and needs a new channel). `submit()` sends from the calling thread
   and returns a `ChannelReply` (a `concurrent.futures.Future`); the thread that waits
   for it receives the reply (`wait_first` for several at once): no receiver thread, so
-  a reply costs the driver one wake-up and no hand-off. Errors map to what the RPC path raises: a closed/refused/reset connection ->
-  `ActorUnavailableError`, no reply in time -> `FtrlTimeoutError` (both close the
-  channel), an exception in `sample()` -> `ActorError` with the remote traceback.
+  a reply costs the driver one wake-up and no hand-off. Errors map to what the RPC path
+  raises: a closed/refused/reset connection -> `ActorUnavailableError`, no reply in
+  time -> `FtrlTimeoutError` (both close the channel), an exception in `sample()` ->
+  `ActorError` with the remote traceback.
 """
 
 from __future__ import annotations
@@ -317,10 +318,6 @@ class ChannelReply(cf.Future):
         if not super().done():
             raise cf.TimeoutError()
 
-    def _finish(self, result: Any = None, error: BaseException | None = None) -> None:
-        """Complete once (a close racing a receive must not complete it twice)."""
-        settle(self, result, error)
-
 
 def wait_first(futures: list[cf.Future], timeout: float | None) -> set[cf.Future]:
     """`concurrent.futures.wait(futures, timeout, FIRST_COMPLETED)`'s done set, for futures
@@ -503,7 +500,7 @@ class SampleChannel:
         finally:
             self._recv_lock.release()
         if outcome is not None:
-            reply._finish(*outcome)
+            settle(reply, *outcome)  # once: a close may race this receive
 
     def _receive_locked(self, reply: ChannelReply, wait_s: float | None) -> tuple[Any, FtrlError | None] | None:
         """`_receive`'s work: (result, None), (None, error), or None when not yet."""
@@ -568,7 +565,7 @@ class SampleChannel:
         except OSError:
             pass
         self._sock.close()
-        pending, self._pending = getattr(self, "_pending", None), None
+        pending, self._pending = self._pending, None
         return pending
 
     def close(self) -> None:
@@ -576,7 +573,7 @@ class SampleChannel:
         with self._lock:
             pending = self._close_locked()
         if pending is not None:
-            pending._finish(error=ActorUnavailableError(f"sample channel {self.address} is closed"))
+            settle(pending, error=ActorUnavailableError(f"sample channel {self.address} is closed"))
 
 
 def _readable(sock: socket.socket, wait_s: float) -> bool:

@@ -66,6 +66,13 @@ def server():
     srv.close()
 
 
+@pytest.fixture
+def channel(server):
+    ch = SampleChannel(server.address, TOKEN)
+    yield ch
+    ch.close()
+
+
 def _connect(address: str) -> socket.socket:
     host, _, port = address.rpartition(":")
     return socket.create_connection((host, int(port)), timeout=5)
@@ -241,52 +248,43 @@ def test_a_reply_is_received_by_the_thread_that_asks_and_channels_start_no_threa
             ch.close()
 
 
-def test_wait_first_returns_the_first_reply_or_other_future_and_honours_its_timeout(server):
-    ch = SampleChannel(server.address, TOKEN)
-    try:
-        server.runner.sleep_s = 0.5
-        reply = ch.submit({}, None, 10.0)
-        other: cf.Future = cf.Future()
-        t0 = time.monotonic()
-        assert wait_first([reply, other], 0.1) == set()  # neither: back after the timeout
-        assert 0.09 <= time.monotonic() - t0 < 0.4
-        threading.Timer(0.1, other.set_result, ("rpc",)).start()
-        t0 = time.monotonic()
-        assert wait_first([reply, other], 5.0) == {other}  # an RPC future wakes it at once
-        assert time.monotonic() - t0 < 0.35
-        assert wait_first([reply], 5.0) == {reply}
-        assert reply.result(timeout=0)["env_steps"] == 12
-        pending: cf.Future = cf.Future()
-        threading.Timer(0.1, pending.set_result, (1,)).start()
-        assert wait_first([pending], 5.0) == {pending}  # no reply among them: as cf.wait
-    finally:
-        ch.close()
+def test_wait_first_returns_the_first_reply_or_other_future_and_honours_its_timeout(server, channel):
+    ch = channel
+    server.runner.sleep_s = 0.5
+    reply = ch.submit({}, None, 10.0)
+    other: cf.Future = cf.Future()
+    t0 = time.monotonic()
+    assert wait_first([reply, other], 0.1) == set()  # neither: back after the timeout
+    assert 0.09 <= time.monotonic() - t0 < 0.4
+    threading.Timer(0.1, other.set_result, ("rpc",)).start()
+    t0 = time.monotonic()
+    assert wait_first([reply, other], 5.0) == {other}  # an RPC future wakes it at once
+    assert time.monotonic() - t0 < 0.35
+    assert wait_first([reply], 5.0) == {reply}
+    assert reply.result(timeout=0)["env_steps"] == 12
+    pending: cf.Future = cf.Future()
+    threading.Timer(0.1, pending.set_result, (1,)).start()
+    assert wait_first([pending], 5.0) == {pending}  # no reply among them: as cf.wait
 
 
-def test_a_reply_that_came_in_time_counts_when_asked_for_after_its_deadline(server):
-    ch = SampleChannel(server.address, TOKEN)
-    try:
-        reply = ch.submit({}, None, 0.3)
-        time.sleep(0.6)  # the driver was busy (training): nobody received it in time
-        assert reply.result(timeout=0)["env_steps"] == 12
-        assert not ch.closed
-    finally:
-        ch.close()
+def test_a_reply_that_came_in_time_counts_when_asked_for_after_its_deadline(channel):
+    ch = channel
+    reply = ch.submit({}, None, 0.3)
+    time.sleep(0.6)  # the driver was busy (training): nobody received it in time
+    assert reply.result(timeout=0)["env_steps"] == 12
+    assert not ch.closed
 
 
-def test_a_reply_past_its_deadline_fails_even_when_only_done_is_asked(server):
-    ch = SampleChannel(server.address, TOKEN)
-    try:
-        server.runner.sleep_s = 1.0
-        reply = ch.submit({}, None, 0.2)
-        assert not reply.done()
-        time.sleep(0.3)
-        assert reply.done()
-        with pytest.raises(FtrlTimeoutError):
-            reply.result()
-        assert ch.closed
-    finally:
-        ch.close()
+def test_a_reply_past_its_deadline_fails_even_when_only_done_is_asked(server, channel):
+    ch = channel
+    server.runner.sleep_s = 1.0
+    reply = ch.submit({}, None, 0.2)
+    assert not reply.done()
+    time.sleep(0.3)
+    assert reply.done()
+    with pytest.raises(FtrlTimeoutError):
+        reply.result()
+    assert ch.closed
 
 
 def test_a_reply_that_stalls_half_sent_never_blocks_done_or_wait_first(server, monkeypatch):
@@ -327,14 +325,11 @@ def test_a_reply_that_stalls_half_sent_never_blocks_done_or_wait_first(server, m
         ch.close()
 
 
-def test_huge_timeouts_are_accepted(server):
-    ch = SampleChannel(server.address, TOKEN)
-    try:
-        reply = ch.submit({}, None, 1e12)
-        assert wait_first([reply], 1e12) == {reply}
-        assert ch.submit({}, None, 1e12).result(timeout=1e12)["env_steps"] == 12
-    finally:
-        ch.close()
+def test_huge_timeouts_are_accepted(channel):
+    ch = channel
+    reply = ch.submit({}, None, 1e12)
+    assert wait_first([reply], 1e12) == {reply}
+    assert ch.submit({}, None, 1e12).result(timeout=1e12)["env_steps"] == 12
 
 
 def test_a_done_callback_may_submit_again_and_wait_for_that_reply(server):
@@ -353,30 +348,27 @@ def test_a_done_callback_may_submit_again_and_wait_for_that_reply(server):
         ch.close()
 
 
-def test_wait_first_wakes_when_another_thread_receives_the_reply(server):
-    ch = SampleChannel(server.address, TOKEN)
-    try:
-        real_receive = ch._receive_locked
+def test_wait_first_wakes_when_another_thread_receives_the_reply(server, channel):
+    ch = channel
+    real_receive = ch._receive_locked
 
-        def slow_receive(reply, wait_s):  # the socket is drained well before the reply is done
-            outcome = real_receive(reply, wait_s)
-            if outcome is not None:
-                time.sleep(0.3)
-            return outcome
+    def slow_receive(reply, wait_s):  # the socket is drained well before the reply is done
+        outcome = real_receive(reply, wait_s)
+        if outcome is not None:
+            time.sleep(0.3)
+        return outcome
 
-        ch._receive_locked = slow_receive
-        server.runner.sleep_s = 0.4
-        reply = ch.submit({}, None, 30.0)
-        taker = threading.Thread(target=reply.result, args=(10,))
-        taker.start()
-        assert _until(ch._recv_lock.locked)  # the other thread holds the receive
-        t0 = time.monotonic()
-        assert wait_first([reply], 10.0) == {reply}
-        assert time.monotonic() - t0 < 1.5
-        taker.join(5)
-        assert reply.result(timeout=0)["env_steps"] == 12
-    finally:
-        ch.close()
+    ch._receive_locked = slow_receive
+    server.runner.sleep_s = 0.4
+    reply = ch.submit({}, None, 30.0)
+    taker = threading.Thread(target=reply.result, args=(10,))
+    taker.start()
+    assert _until(ch._recv_lock.locked)  # the other thread holds the receive
+    t0 = time.monotonic()
+    assert wait_first([reply], 10.0) == {reply}
+    assert time.monotonic() - t0 < 1.5
+    taker.join(5)
+    assert reply.result(timeout=0)["env_steps"] == 12
 
 
 def test_closing_a_channel_fails_the_reply_a_thread_is_waiting_for(server):
