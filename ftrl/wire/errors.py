@@ -2,23 +2,28 @@
 
 Servers raise these; `status_of` turns one into a (code, message) pair for the
 wire and `error_from_rpc` turns a received grpc error back into the same class.
+Each class names its code (`code`, a `grpc.StatusCode` member name), so processes that
+only raise these errors (sub-env children, the sample plane) never import grpc.
 """
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
 
 
 class FtrlError(Exception):
     """Base class of every error ftrl raises."""
 
-    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    code: str = "UNKNOWN"
 
 
 class InvalidArgumentError(FtrlError, ValueError):
     """Bad input: malformed payload, bad name, unknown method, bad config."""
 
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = "INVALID_ARGUMENT"
 
 
 class ConfigError(InvalidArgumentError):
@@ -28,31 +33,31 @@ class ConfigError(InvalidArgumentError):
 class NotFoundError(FtrlError, LookupError):
     """No actor, node or job of that name."""
 
-    code = grpc.StatusCode.NOT_FOUND
+    code = "NOT_FOUND"
 
 
 class AlreadyExistsError(FtrlError):
     """A live actor or node with that name or id exists already."""
 
-    code = grpc.StatusCode.ALREADY_EXISTS
+    code = "ALREADY_EXISTS"
 
 
 class ResourceExhaustedError(FtrlError):
     """A size, count or rate limit was exceeded."""
 
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    code = "RESOURCE_EXHAUSTED"
 
 
 class UnauthenticatedError(FtrlError):
     """Missing or wrong cluster token."""
 
-    code = grpc.StatusCode.UNAUTHENTICATED
+    code = "UNAUTHENTICATED"
 
 
 class PermissionDeniedError(FtrlError):
     """Authenticated, but not allowed (e.g. a fenced, stale actor calling)."""
 
-    code = grpc.StatusCode.PERMISSION_DENIED
+    code = "PERMISSION_DENIED"
 
 
 class StaleIncarnationError(FtrlError):
@@ -61,7 +66,7 @@ class StaleIncarnationError(FtrlError):
     `discarded` is True when the call did run, on an incarnation that was fenced
     while it ran, and its result was thrown away."""
 
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = "FAILED_PRECONDITION"
     discarded = False
 
 
@@ -69,19 +74,19 @@ class FailedPreconditionError(FtrlError):
     """The request is valid but the system is not in a state to do it (say why and
     what to do): another ftrl version, a job output that holds checkpoints, ..."""
 
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = "FAILED_PRECONDITION"
 
 
 class ActorUnavailableError(FtrlError):
     """The actor could not be reached (it died, is restarting, or the network failed)."""
 
-    code = grpc.StatusCode.UNAVAILABLE
+    code = "UNAVAILABLE"
 
 
 class ActorDiedError(FtrlError):
     """The actor is DEAD: out of restarts, killed, or it failed to construct."""
 
-    code = grpc.StatusCode.ABORTED
+    code = "ABORTED"
 
 
 class ActorStartError(ActorDiedError):
@@ -96,13 +101,13 @@ class ActorStartError(ActorDiedError):
 class MethodNotFoundError(FtrlError, AttributeError):
     """The actor has no public method of that name."""
 
-    code = grpc.StatusCode.UNIMPLEMENTED
+    code = "UNIMPLEMENTED"
 
 
 class FtrlTimeoutError(FtrlError, TimeoutError):
     """A deadline passed before the operation finished."""
 
-    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    code = "DEADLINE_EXCEEDED"
 
 
 class ActorError(FtrlError):
@@ -111,7 +116,7 @@ class ActorError(FtrlError):
     The actor keeps serving after this; only the one call failed.
     """
 
-    code = grpc.StatusCode.UNKNOWN
+    code = "UNKNOWN"
 
     def __init__(self, remote_type: str, message: str, remote_traceback: str = ""):
         super().__init__(f"{remote_type}: {message}")
@@ -129,19 +134,19 @@ class ActorError(FtrlError):
         return (type(self), (self.remote_type, self.remote_message, self.remote_traceback))
 
 
-_BY_CODE: dict[grpc.StatusCode, type[FtrlError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
-    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
-    grpc.StatusCode.FAILED_PRECONDITION: StaleIncarnationError,
-    grpc.StatusCode.UNAVAILABLE: ActorUnavailableError,
-    grpc.StatusCode.ABORTED: ActorDiedError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: FtrlTimeoutError,
-    grpc.StatusCode.CANCELLED: ActorUnavailableError,
-    grpc.StatusCode.UNIMPLEMENTED: MethodNotFoundError,
+_BY_CODE: dict[str, type[FtrlError]] = {
+    "INVALID_ARGUMENT": InvalidArgumentError,
+    "NOT_FOUND": NotFoundError,
+    "ALREADY_EXISTS": AlreadyExistsError,
+    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
+    "UNAUTHENTICATED": UnauthenticatedError,
+    "PERMISSION_DENIED": PermissionDeniedError,
+    "FAILED_PRECONDITION": StaleIncarnationError,
+    "UNAVAILABLE": ActorUnavailableError,
+    "ABORTED": ActorDiedError,
+    "DEADLINE_EXCEEDED": FtrlTimeoutError,
+    "CANCELLED": ActorUnavailableError,
+    "UNIMPLEMENTED": MethodNotFoundError,
 }
 
 
@@ -152,8 +157,10 @@ _BY_NAME: dict[str, type[FtrlError]] = {"FailedPreconditionError": FailedPrecond
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and message a server answers for `exc`."""
+    import grpc
+
     if isinstance(exc, FtrlError):
-        return exc.code, str(exc)
+        return grpc.StatusCode[exc.code], str(exc)
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
 
@@ -174,17 +181,18 @@ def error_from_rpc(err: grpc.RpcError, what: str = "") -> FtrlError:
         details = err.details() or ""
     except Exception:  # a non-call RpcError
         return ActorUnavailableError(f"{what}: {err}" if what else str(err))
-    cls = _BY_CODE.get(code, FtrlError)
+    name = getattr(code, "name", "")
+    cls = _BY_CODE.get(name, FtrlError)
     try:
         for key, value in err.trailing_metadata() or ():
             if key == ERROR_TYPE_KEY and value in _BY_NAME:
                 cls = _BY_NAME[value]
     except Exception:  # no trailing metadata on this error
         pass
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) and what:
+    if name in ("UNAVAILABLE", "CANCELLED") and what:
         details = f"{what} unreachable: {unreachable_hint(details)}"
-    elif code == grpc.StatusCode.DEADLINE_EXCEEDED and what:
+    elif name == "DEADLINE_EXCEEDED" and what:
         details = f"{what}: deadline exceeded"
-    error = cls(details or code.name)
+    error = cls(details or name or str(code))
     error.grpc_code = code  # type: ignore[attr-defined]
     return error
