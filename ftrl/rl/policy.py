@@ -23,6 +23,11 @@ from ftrl.rl.spaces import SpaceSpec
 
 _LOG_2PI = math.log(2 * math.pi)
 
+# Discrete actions are sampled by an exponential race: argmax of p_i / E_i with E_i ~ Exp(1)
+# picks i with probability p_i. The draws are float64: a float32 draw is exactly 0 once in
+# ~2^23, and 0 / 0 (an action whose probability underflowed to 0) would then be picked
+# with log-prob -inf, which makes PPO's ratio infinite (float64: once in ~2^53).
+
 
 def flat_layout(spec: SpaceSpec, model: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
     """(parameter name, shape) in the order of the flat weight vector."""
@@ -145,8 +150,7 @@ class NumpyPolicy:
             z = out - out.max(axis=1, keepdims=True)
             logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
             if explore:
-                # argmax of p_i / E_i with E_i ~ Exp(1) picks i with probability p_i
-                actions = (np.exp(logp_all) / self.rng.standard_exponential(out.shape, np.float32)).argmax(axis=1)
+                actions = (np.exp(logp_all) / self.rng.standard_exponential(out.shape)).argmax(axis=1)
             else:
                 actions = out.argmax(axis=1)
             return actions.astype(np.int64), logp_all[rows, actions].astype(np.float32), values
@@ -167,7 +171,7 @@ class NumpyPolicy:
         z = out - out.max(axis=1, keepdims=True)
         logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         if explore:
-            (np.exp(logp_all) / self.rng.standard_exponential(out.shape, np.float32)).argmax(axis=1, out=actions)
+            (np.exp(logp_all) / self.rng.standard_exponential(out.shape)).argmax(axis=1, out=actions)
         else:
             out.argmax(axis=1, out=actions)
         logp[...] = logp_all[np.arange(out.shape[0]), actions]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -59,6 +60,42 @@ def test_numpy_sampling_follows_the_probabilities():
     policy.set_flat(policy.get_flat())
     actions, _, _ = policy.act(np.zeros((30000, 5), np.float32))
     np.testing.assert_allclose(np.bincount(actions, minlength=3) / 30000, [0.2, 0.3, 0.5], atol=0.015)
+
+
+class _ZeroDrawsInFloat32:
+    """A Generator whose float32 Exp(1) draws include exact zeros, as numpy's float32
+    ziggurat really returns once in ~2^23 draws (its float64 draws: once in ~2^53)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def standard_exponential(self, size, dtype=np.float64):
+        draws = self._rng.standard_exponential(size, dtype)
+        if np.dtype(dtype) == np.float32:
+            draws[::3] = 0.0
+        return draws
+
+
+@pytest.mark.parametrize("into", [False, True])
+def test_sampling_never_picks_an_action_of_probability_zero(into):
+    """A near-deterministic policy (the other action's probability underflows to 0) never
+    samples that action, whatever the Exp(1) draws: it would carry log-prob -inf and make
+    PPO's ratio infinite. No divide-by-zero warning either."""
+    spec = space_spec(OBS, gym.spaces.Discrete(2))
+    policy = NumpyPolicy(spec, ModelConfig(fcnet_hiddens=[4]), seed=0)
+    policy.set_flat(np.zeros(policy.num_params(), np.float32))
+    policy._params["pi_head.bias"][:] = [200.0, 0.0]  # p(1) = exp(-200): 0 in float32
+    policy.set_flat(policy.get_flat())
+    policy.rng = _ZeroDrawsInFloat32(1)
+    obs = np.zeros((3000, 5), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if into:
+            actions, logp, values = np.zeros(3000, np.intp), np.zeros(3000, np.float32), np.zeros(3000, np.float32)
+            policy.act_into(obs, True, actions, logp, values)
+        else:
+            actions, logp, _ = policy.act(obs)
+    assert (actions == 0).all() and np.isfinite(logp).all()
 
 
 def test_torch_policy_wraps_the_module():
