@@ -8,6 +8,10 @@ thread ticks and, when work is in progress and the stamp is older than `timeout_
 writes one log line and ends the process with `os._exit(EXIT_WATCHDOG)`. The worker sees
 a failed actor (`describe_exit` names the code) and restarts it under its policy.
 
+Pauses are not stalls: when the thread itself did not run for a while (`pause_s`, the
+process was stopped with SIGSTOP, the VM was paused, or the thread was starved), the
+stall clock starts again when it runs, so the env gets its full timeout after a pause.
+
 Limit: the watchdog thread needs the GIL to run. A Python-level spin lets it run (the
 interpreter switches threads every `sys.getswitchinterval()`), and so do blocking calls
 that release the GIL (sleep, I/O, most numpy); a C extension that spins while holding the
@@ -70,10 +74,13 @@ class ProgressWatchdog:
         self.what = what
         self.name = name
         self.tick_s = tick_s if tick_s is not None else min(1.0, max(0.02, self.timeout_s / 8))
+        #: a gap between two of the thread's ticks this long means the process was paused
+        self.pause_s = max(4 * self.tick_s, self.timeout_s / 4)
         self.on_stall = on_stall if on_stall is not None else self._kill
         #: monotonic time of the last progress; 0.0 while no work is in progress
         self.stamp = 0.0
         self.fired = False
+        self._resumed = 0.0  # monotonic time the thread last ran again after a pause
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -103,7 +110,7 @@ class ProgressWatchdog:
         stamp = self.stamp
         if stamp == 0.0:
             return 0.0
-        return max(0.0, (time.monotonic() if now is None else now) - stamp)
+        return max(0.0, (time.monotonic() if now is None else now) - max(stamp, self._resumed))
 
     def check(self, now: float | None = None) -> bool:
         """One tick: fire `on_stall` if armed and stalled past the timeout; True if it fired."""
@@ -114,9 +121,18 @@ class ProgressWatchdog:
         self.on_stall(stalled)
         return True
 
+    def resumed(self, now: float) -> None:
+        """The process ran again at `now` after a pause: the stall clock starts there."""
+        self._resumed = now
+
     def _watch(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(self.tick_s):
-            if self.check():
+            now = time.monotonic()
+            if now - last > self.pause_s:
+                self.resumed(now)
+            last = now
+            if self.check(now):
                 return
 
     def _kill(self, stalled_s: float) -> None:  # pragma: no cover - ends the process

@@ -3,6 +3,8 @@ with EXIT_WATCHDOG; an EnvRunner arms it around sampling and stamps every vector
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -51,6 +53,63 @@ def test_thread_fires_on_a_stall():
         assert fired.wait(10.0)
     finally:
         wd.close()
+
+
+def test_after_a_pause_the_stall_clock_starts_again():
+    fired: list[float] = []
+    wd = ProgressWatchdog(5.0, on_stall=fired.append)
+    wd.begin()
+    t0 = wd.stamp
+    wd.resumed(t0 + 60.0)  # the process was stopped for a minute right after the last stamp
+    assert wd.stalled_for(t0 + 60.5) == pytest.approx(0.5)
+    assert not wd.check(now=t0 + 64.9)
+    assert wd.check(now=t0 + 65.5)  # still no progress a full timeout after the pause
+    assert fired == [pytest.approx(5.5)]
+    wd.close()
+
+
+_PAUSED_CHILD = textwrap.dedent("""
+    import os, select, sys, time
+    from ftrl.util.watchdog import ProgressWatchdog
+    wd = ProgressWatchdog(0.5, name="test/env_runner/1")
+    wd.begin()
+    print("ready", flush=True)
+    while True:  # one "env step" per byte from the parent
+        if select.select([0], [], [], 60)[0] and os.read(0, 1):
+            wd.stamp = time.monotonic()
+""")
+
+
+@pytest.mark.parametrize("progress_after", [True, False])
+def test_a_stopped_process_is_not_killed_for_the_pause(progress_after):
+    """SIGSTOP for 4x the timeout (a VM pause looks the same): once continued, steps that
+    go on keep the process alive; with no step after the pause it is killed a timeout
+    later. The parent holds back the next step until the watchdog has surely ticked, so
+    a watchdog that counted the pause would fire first."""
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSED_CHILD], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        for _ in range(5):
+            proc.stdin.write(b"s")
+            proc.stdin.flush()
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(2.0)
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.25)  # the watchdog ticks every 0.0625 s
+        if progress_after:
+            for _ in range(15):
+                proc.stdin.write(b"s")
+                proc.stdin.flush()
+                time.sleep(0.1)
+            assert proc.poll() is None, proc.stderr.read().decode()
+        else:
+            assert proc.wait(timeout=20) == EXIT_WATCHDOG
+            assert "env step hung for" in proc.stderr.read().decode()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("spin", [False, True])
