@@ -234,10 +234,18 @@ class EnvRunner:
         self._ep_ret[i] = 0.0
         self._ep_start[i] = self._vec_steps
 
+    def _fit_obs(self, out: np.ndarray, i: int, obs: Any, what: str) -> None:
+        """Write `obs` into out[i] through the encoder, whose reshape refuses an observation
+        of the wrong size (a plain row assignment, the step loop's fast path, broadcasts a
+        1-element one): a ConfigError (a ValueError) naming the sub-env and the space."""
+        try:
+            self.encoder.write(out, i, obs)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"sub-env {i}: {what} returned an observation that does not fit the "
+                              f"observation space (shape {self.spec.obs_shape}): {e}") from e
+
     def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
-        # through the encoder: its reshape refuses an observation of the wrong size, where
-        # a plain row assignment (the step loop's fast path) broadcasts a 1-element one
-        self.encoder.write(out, i, obs)
+        self._fit_obs(out, i, obs, "reset")
         row = out[i]
         if not math.isfinite(_sq_sum(row, row)) and not np.isfinite(row).all():
             raise SubEnvError(i, "observation contains NaN or inf")
@@ -322,7 +330,9 @@ class EnvRunner:
         straight into the fragment's next row (no copy per step; the last step writes into
         `_next_obs`, which the next fragment starts from). Episode ends are rare, so done
         flags are written only at the steps that have one, for the sub-envs the env loop
-        saw end; it also adds up episode returns (no second pass over the envs).
+        saw end; it also adds up episode returns (no second pass over the envs). The first
+        vector step of a fragment, and the one after a sub-env restart, write observations
+        through the encoder, which refuses a wrong shape; later steps assign rows directly.
         """
         if self._needs_reset or self._broken:
             self._full_reset()
@@ -347,7 +357,8 @@ class EnvRunner:
         spec = self.spec
         discrete = spec.act_kind == "discrete"
         box_obs = self.encoder.kind != "discrete" and len(spec.obs_shape) == 1
-        write = self.encoder.write
+        fast = False  # the first step writes through the encoder (checked shapes)
+        fit = self._fit_obs
         remote = self.remote_envs
         step_fns = self._step_fns()
         restarts_seen = self.num_sub_env_restarts
@@ -398,10 +409,10 @@ class EnvRunner:
                             failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
                             failed[i].__cause__ = exc
                             continue
-                        if box_obs:
+                        if fast:
                             nxt[i] = o
                         else:
-                            write(nxt, i, o)
+                            fit(nxt, i, o, "step")
                         rew_l[i] = r
                         ep_ret[i] += r  # a failed sub-env's return is set to NaN below
                         if te or tr:
@@ -413,10 +424,12 @@ class EnvRunner:
                 # one reduction each; a non-finite sum sends us to the exact per-env check
                 if not (isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))):
                     self._find_nan(nxt, rew_l, failed)
+                fast = box_obs
                 if failed:
                     self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
                     step_fns = self._step_fns()
                     restarts_seen = self.num_sub_env_restarts
+                    fast = False
                     if record:
                         for i in failed:
                             b_valid[t, i] = False
@@ -432,6 +445,7 @@ class EnvRunner:
                     if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
                         step_fns = self._step_fns()
                         restarts_seen = self.num_sub_env_restarts
+                        fast = False
                 if not direct:
                     self._obs, self._next_obs = nxt, obs
                 if max_episodes is not None and len(self._done_returns) >= max_episodes:
@@ -494,7 +508,7 @@ class EnvRunner:
                 continue
             finally:
                 wd.stamp = now()  # each answer (or timeout) of a child is progress
-            self.encoder.write(nxt, i, o)
+            self._fit_obs(nxt, i, o, "step")
             rew_l[i] = r
             term_l[i] = te
             trunc_l[i] = tr
