@@ -8,9 +8,11 @@ thread ticks and, when work is in progress and the stamp is older than `timeout_
 writes one log line and ends the process with `os._exit(EXIT_WATCHDOG)`. The worker sees
 a failed actor (`describe_exit` names the code) and restarts it under its policy.
 
-Pauses are not stalls: when the thread itself did not run for a while (`pause_s`, the
-process was stopped with SIGSTOP, the VM was paused, or the thread was starved), the
+Pauses are not stalls: when the thread itself did not run for `pause_s` and the process
+used almost no CPU meanwhile (it was stopped with SIGSTOP, or the VM was paused), the
 stall clock starts again when it runs, so the env gets its full timeout after a pause.
+A gap during which the process was busy (a C call holding the GIL) is not a pause, and
+there is one such credit per stamp, so a hang never earns a second one.
 
 Limit: the watchdog thread needs the GIL to run. A Python-level spin lets it run (the
 interpreter switches threads every `sys.getswitchinterval()`), and so do blocking calls
@@ -32,6 +34,10 @@ from ftrl.util.logfmt import kv
 #: Exit code of a process ended by its own watchdog (distinct from Python's 1/2 and the
 #: host's 3); the worker maps it to a readable reason.
 EXIT_WATCHDOG = 86
+
+#: a gap in the watchdog's ticks counts as a pause only if the process used less than this
+#: share of it in CPU (stopped: ~0; a thread holding the GIL: ~1)
+PAUSE_CPU_SHARE = 0.5
 
 EXIT_REASONS: dict[int, str] = {
     EXIT_WATCHDOG: "killed by its own watchdog: no progress (an env step hung) within its timeout",
@@ -74,13 +80,15 @@ class ProgressWatchdog:
         self.what = what
         self.name = name
         self.tick_s = tick_s if tick_s is not None else min(1.0, max(0.02, self.timeout_s / 8))
-        #: a gap between two of the thread's ticks this long means the process was paused
+        #: a gap this long between two of the thread's ticks, with the process using less
+        #: than PAUSE_CPU_SHARE of it in CPU, means the process was paused
         self.pause_s = max(4 * self.tick_s, self.timeout_s / 4)
         self.on_stall = on_stall if on_stall is not None else self._kill
         #: monotonic time of the last progress; 0.0 while no work is in progress
         self.stamp = 0.0
         self.fired = False
         self._resumed = 0.0  # monotonic time the thread last ran again after a pause
+        self._credited = 0.0  # the stamp that pause credit was given for (one per stamp)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -121,17 +129,24 @@ class ProgressWatchdog:
         self.on_stall(stalled)
         return True
 
-    def resumed(self, now: float) -> None:
-        """The process ran again at `now` after a pause: the stall clock starts there."""
+    def resumed(self, now: float) -> bool:
+        """The process ran again at `now` after a pause: the stall clock starts there,
+        once per stamp (False, and nothing changes, when this stamp had its credit)."""
+        stamp = self.stamp
+        if stamp == 0.0 or stamp == self._credited:
+            return False
+        self._credited = stamp
         self._resumed = now
+        return True
 
     def _watch(self) -> None:
-        last = time.monotonic()
+        last, last_cpu = time.monotonic(), time.process_time()
         while not self._stop.wait(self.tick_s):
-            now = time.monotonic()
-            if now - last > self.pause_s:
+            now, cpu = time.monotonic(), time.process_time()
+            gap = now - last
+            if gap > self.pause_s and cpu - last_cpu < PAUSE_CPU_SHARE * gap:
                 self.resumed(now)
-            last = now
+            last, last_cpu = now, cpu
             if self.check(now):
                 return
 

@@ -68,6 +68,39 @@ def test_after_a_pause_the_stall_clock_starts_again():
     wd.close()
 
 
+def test_a_stamp_earns_one_pause_credit():
+    wd = ProgressWatchdog(5.0, on_stall=lambda s: None)
+    wd.begin()
+    t0 = wd.stamp
+    assert wd.resumed(t0 + 10.0)
+    assert not wd.resumed(t0 + 20.0)  # no progress since the last credit: the clock keeps running
+    assert wd.stalled_for(t0 + 20.0) == pytest.approx(10.0)
+    wd.stamp = t0 + 21.0
+    assert wd.resumed(t0 + 30.0)  # progress, then another pause
+    assert wd.stalled_for(t0 + 31.0) == pytest.approx(1.0)
+    wd.close()
+
+
+def test_a_hang_that_holds_the_gil_in_bursts_is_still_killed():
+    """A hung env in C calls that hold the GIL longer than `pause_s` (with short releases
+    between them) keeps the watchdog thread from ticking: those gaps are not pauses (the
+    process was busy), so it is killed as before."""
+    code = textwrap.dedent("""
+        import time
+        from ftrl.util.watchdog import ProgressWatchdog
+        n = 10**6
+        t = time.perf_counter(); sum(range(n)); dt = time.perf_counter() - t
+        burst = int(n * 0.6 / dt)  # one C call of ~0.6 s, GIL held throughout
+        wd = ProgressWatchdog(0.5, name="test/env_runner/1")
+        assert wd.pause_s < 0.6
+        wd.begin()
+        while True:
+            sum(range(burst))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_WATCHDOG, proc.stderr
+
+
 _PAUSED_CHILD = textwrap.dedent("""
     import os, select, sys, time
     from ftrl.util.watchdog import ProgressWatchdog
