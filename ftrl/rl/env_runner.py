@@ -491,6 +491,7 @@ class EnvRunner:
         """Start every child's step, then collect them (children step in parallel)."""
         envs = self._envs
         wd, now = self._watchdog, time.monotonic
+        misfit: ConfigError | None = None
         for i, env in enumerate(envs):
             try:
                 env.step_start(env_actions[i])
@@ -508,10 +509,15 @@ class EnvRunner:
                 continue
             finally:
                 wd.stamp = now()  # each answer (or timeout) of a child is progress
-            self._fit_obs(nxt, i, o, "step")
+            try:
+                self._fit_obs(nxt, i, o, "step")
+            except ConfigError as err:  # raised once every child's answer is read (in step)
+                misfit = misfit or err
             rew_l[i] = r
             term_l[i] = te
             trunc_l[i] = tr
+        if misfit is not None:
+            raise misfit
 
     def _find_nan(self, nxt: np.ndarray, rew: list, failed: dict[int, SubEnvError]) -> None:
         for i in range(self.num_envs):

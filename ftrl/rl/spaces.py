@@ -97,9 +97,14 @@ class ObsEncoder:
         self.dim = spec.obs_dim
 
     def write(self, out: np.ndarray, row: int, obs: Any) -> None:
+        """One observation into out[row]; ValueError if it does not fit the space (a
+        Discrete one outside 0..n-1, a Box one of another size)."""
         if self.kind == "discrete":
+            k = int(obs)
+            if not 0 <= k < self.dim:
+                raise ValueError(f"observation {k} is outside Discrete({self.dim})")
             out[row] = 0.0
-            out[row, int(obs)] = 1.0
+            out[row, k] = 1.0
         else:
             out[row] = np.asarray(obs, dtype=np.float32).reshape(self.dim)
 

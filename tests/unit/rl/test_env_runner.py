@@ -296,6 +296,55 @@ class _WrongShapeAtEnv:
 make_wrong_shape_at_env = _WrongShapeAtEnv.make
 
 
+def test_remote_sub_envs_stay_in_step_after_a_malformed_observation():
+    """Remote sub-envs answer each step in order on their own pipe: when one answer is
+    malformed, the others of that step are still read, so the next fragment does not
+    take a stale answer (both counters stay equal)."""
+    runner = _runner(env="tests.unit.rl.test_env_runner:make_wrong_shape_at_env", env_config={"bad_at": 6},
+                     envs=2, frag=4, remote_worker_envs=True)
+    try:
+        runner.sample()
+        with pytest.raises(ConfigError, match="sub-env 0: step returned"):
+            runner.sample()  # step 6 is malformed in both sub-envs
+        obs = runner.sample()["batch"]["obs"][:, :, 0]
+        np.testing.assert_array_equal(obs[:, 0], [5, 7, 8, 9])
+        np.testing.assert_array_equal(obs[:, 1], obs[:, 0])
+    finally:
+        runner.stop()
+
+
+class _DiscreteObsEnv:
+    """Declares Discrete(4) observations; steps return `bad` (outside 0..3)."""
+
+    @staticmethod
+    def make(config: dict):
+        import gymnasium as gym
+
+        class Env(gym.Env):
+            observation_space = gym.spaces.Discrete(4)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                return 0, {}
+
+            def step(self, action):
+                return int(config["bad"]), 1.0, False, False, {}
+
+        return Env()
+
+
+make_discrete_obs_env = _DiscreteObsEnv.make
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_a_discrete_observation_outside_its_space_is_refused(bad):
+    """-1 would one-hot the last column (negative index), 4 would raise IndexError."""
+    runner = _runner(env="tests.unit.rl.test_env_runner:make_discrete_obs_env", env_config={"bad": bad}, envs=2, frag=3)
+    with pytest.raises(ConfigError, match=rf"sub-env 0: step returned .* observation {bad} is outside Discrete\(4\)"):
+        runner.sample()
+
+
 def test_after_an_unexpected_error_mid_fragment_sampling_goes_on_from_the_failing_step():
     """An error that is not a sub-env failure (here a malformed observation) leaves the
     envs where they are; the next fragment starts from the failing step's observation,
