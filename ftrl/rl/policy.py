@@ -25,8 +25,9 @@ _LOG_2PI = math.log(2 * math.pi)
 
 # Discrete actions are sampled by an exponential race: argmax of p_i / E_i with E_i ~ Exp(1)
 # picks i with probability p_i. The draws are float64: a float32 draw is exactly 0 once in
-# ~2^23, and 0 / 0 (an action whose probability underflowed to 0) would then be picked
-# with log-prob -inf, which makes PPO's ratio infinite (float64: once in ~2^53).
+# ~2^23, and 0 / 0 (an action whose probability underflowed to 0 in float32, e.g. a
+# log-prob of -200) was then sampled, with numpy's divide-by-zero warning (float64: once
+# in ~2^53).
 
 
 def flat_layout(spec: SpaceSpec, model: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:

@@ -66,7 +66,8 @@ def test_hierarchy():
 
 def test_raising_ftrl_errors_needs_no_grpc():
     """Sub-env children and the sample plane raise these errors; importing the module
-    (and the sub-env child's module) must not load grpc (~40 ms and ~12 MB a process)."""
+    (and the sub-env child's module) must not load grpc (tens of ms of import and ~3 MB
+    of PSS in every sub-env process)."""
     import subprocess
     import sys
 
