@@ -201,11 +201,14 @@ def test_space_spec_mismatch_is_refused():
 
 
 class _ShortObsEnv:
-    """Declares Box(3,) but resets to a 1-element observation (a buggy env)."""
+    """Declares Box(3,) but resets to `reset_size` elements and steps to `step_size`
+    (default 1 and 1: a buggy env)."""
 
     @staticmethod
     def make(config: dict):
         import gymnasium as gym
+
+        reset_size, step_size = int(config.get("reset_size", 1)), int(config.get("step_size", 1))
 
         class Env(gym.Env):
             observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -213,10 +216,10 @@ class _ShortObsEnv:
 
             def reset(self, *, seed=None, options=None):
                 super().reset(seed=seed)
-                return np.zeros(1, np.float32), {}
+                return np.zeros(reset_size, np.float32), {}
 
             def step(self, action):
-                return np.zeros(1, np.float32), 1.0, False, False, {}
+                return np.full(step_size, 0.5, np.float32), 1.0, False, False, {}
 
         return Env()
 
@@ -230,35 +233,12 @@ def test_an_observation_of_the_wrong_size_is_refused_not_broadcast():
         runner.sample()
 
 
-class _ShortStepObsEnv:
-    """Declares Box(3,), resets to 3 elements, then steps to 1-element observations."""
-
-    @staticmethod
-    def make(config: dict):
-        import gymnasium as gym
-
-        class Env(gym.Env):
-            observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-            action_space = gym.spaces.Discrete(2)
-
-            def reset(self, *, seed=None, options=None):
-                super().reset(seed=seed)
-                return np.zeros(3, np.float32), {}
-
-            def step(self, action):
-                return np.full(1, 0.5, np.float32), 1.0, False, False, {}
-
-        return Env()
-
-
-make_short_step_obs_env = _ShortStepObsEnv.make
-
-
 @pytest.mark.parametrize("remote", [False, True])
 def test_a_step_observation_of_the_wrong_size_is_refused_not_broadcast(remote):
     """A 1-element observation from step() would fill a Box(3,) row by broadcasting: the
     first step of the fragment writes through the encoder and names the sub-env."""
-    runner = _runner(env="tests.unit.rl.test_env_runner:make_short_step_obs_env", envs=2, frag=4, remote_worker_envs=remote)
+    runner = _runner(env="tests.unit.rl.test_env_runner:make_short_obs_env", env_config={"reset_size": 3},
+                     envs=2, frag=4, remote_worker_envs=remote)
     try:
         with pytest.raises(ConfigError, match=r"sub-env 0: step returned an observation that does not fit.*\(3,\)"):
             runner.sample()
