@@ -9,6 +9,8 @@
     ftrl.rl.testing_envs:make_hang_env     CartPole whose `step` hangs after `hang_after`
                                            steps, or whose construction hangs
                                            (once per `marker` file)
+    ftrl.rl.testing_envs:make_paced_env    CartPole whose every `step` waits for one byte
+                                           on the FIFO at `fifo` (a test paces the steps)
 
 `make_flaky_env` env_config keys: `fail_every` (default 50), `scope` ("instance": count
 this instance's calls, the default; "process": count the calls of every flaky env in
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import time
 from typing import Any
 
@@ -167,6 +170,31 @@ def _in_actor() -> bool:
     from ftrl.client.context import get_runtime_context
 
     return get_runtime_context() is not None
+
+
+class PacedEnv(gym.Wrapper):
+    """CartPole whose every step first reads one byte from a FIFO (at most `wait_s`
+    seconds, then it steps anyway): the writer decides when each step happens."""
+
+    def __init__(self, env: gym.Env, fifo: str, wait_s: float = 60.0):
+        super().__init__(env)
+        self.wait_s = float(wait_s)
+        self._fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+
+    def step(self, action: Any):
+        if select.select([self._fd], [], [], self.wait_s)[0]:
+            os.read(self._fd, 1)
+        return self.env.step(action)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        super().close()
+
+
+def make_paced_env(config: dict) -> gym.Env:
+    return PacedEnv(gym.make("CartPole-v1"), str(config["fifo"]), float(config.get("wait_s", 60.0)))
 
 
 def make_broken_env(config: dict) -> gym.Env:

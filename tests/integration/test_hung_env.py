@@ -4,6 +4,8 @@ and training goes on."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -139,3 +141,49 @@ def test_hung_env_in_a_driver_that_samples_itself_restarts_the_driver(make_clust
         assert time.monotonic() - t0 < 120
     finally:
         client.stop(job_id)
+
+
+def test_a_paused_runner_is_not_killed_by_its_watchdog(make_cluster, tmp_path):
+    """A runner actor SIGSTOPped mid-sample for 3x its `env_step_timeout_s` (shorter than
+    the worker's hang timeout, as a short VM pause would be): once continued, its
+    watchdog does not count the pause, and the sample completes in the same process.
+    The env steps only when the test writes a byte, and the test waits 0.5 s after
+    SIGCONT before the next one, so a watchdog that counted the pause would fire first."""
+    cluster = make_cluster(slots=1, preload="ftrl.rl.env_runner", actor_hang_timeout=30.0)
+    client = cluster.client()
+    fifo = tmp_path / "steps"
+    os.mkfifo(fifo)
+    cfg = (
+        PPOConfig()
+        .environment("ftrl.rl.testing_envs:make_paced_env", env_config={"fifo": str(fifo)})
+        .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=20, env_step_timeout_s=1.0,
+                     sample_timeout_s=60.0)
+        .debugging(seed=0)
+    )
+    name = f"{JOB}/env_runner/paused"
+    runner = client.create_actor("ftrl.rl.env_runner:EnvRunner", name=name, max_restarts=0,
+                                 kwargs={"config": cfg.to_dict(), "worker_index": 1})
+    before = client.actor(name)
+    steps = os.open(fifo, os.O_WRONLY)  # the env holds the read end
+    try:
+        reply = runner.submit("sample")
+        for _ in range(5):
+            os.write(steps, b"s")
+            time.sleep(0.05)
+        os.kill(before["pid"], signal.SIGSTOP)
+        try:
+            time.sleep(3.0)
+        finally:
+            os.kill(before["pid"], signal.SIGCONT)
+        time.sleep(0.5)  # the watchdog ticks every 0.125 s
+        try:
+            os.write(steps, b"s" * 15)
+        except BrokenPipeError:
+            pytest.fail("the runner process is gone: its watchdog counted the pause")
+        out = reply.result(timeout=30)
+    finally:
+        os.close(steps)
+    assert out["env_steps"] == 20
+    after = client.actor(name)
+    assert after["state"] == "ALIVE" and after["pid"] == before["pid"]
+    assert after["incarnation"] == before["incarnation"] and after["restarts"] == 0
