@@ -174,7 +174,8 @@ def _in_actor() -> bool:
 
 class PacedEnv(gym.Wrapper):
     """CartPole whose every step first reads one byte from a FIFO (at most `wait_s`
-    seconds, then it steps anyway): the writer decides when each step happens."""
+    seconds, then it steps anyway): the writer decides when each step happens. While no
+    writer holds the FIFO open, steps do not wait (the read end sees end-of-file)."""
 
     def __init__(self, env: gym.Env, fifo: str, wait_s: float = 60.0):
         super().__init__(env)
@@ -182,7 +183,9 @@ class PacedEnv(gym.Wrapper):
         self._fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
 
     def step(self, action: Any):
-        if select.select([self._fd], [], [], self.wait_s)[0]:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        if poller.poll(int(self.wait_s * 1000)):
             os.read(self._fd, 1)
         return self.env.step(action)
 

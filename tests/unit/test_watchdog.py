@@ -4,6 +4,7 @@ with EXIT_WATCHDOG; an EnvRunner arms it around sampling and stamps every vector
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -121,21 +122,26 @@ def test_a_stopped_process_is_not_killed_for_the_pause(progress_after):
     a watchdog that counted the pause would fire first."""
     proc = subprocess.Popen([sys.executable, "-c", _PAUSED_CHILD], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline() == b"ready\n"
-        for _ in range(5):
-            proc.stdin.write(b"s")
-            proc.stdin.flush()
+
+    def steps(n: int) -> None:  # n env steps, 0.1 s apart
+        for _ in range(n):
+            try:
+                proc.stdin.write(b"s")
+                proc.stdin.flush()
+            except BrokenPipeError:
+                pytest.fail(f"the child is gone: {proc.stderr.read().decode()}")
             time.sleep(0.1)
+
+    try:
+        assert select.select([proc.stdout], [], [], 30)[0], "the child did not start"
+        assert proc.stdout.readline() == b"ready\n"
+        steps(5)
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(2.0)
         os.kill(proc.pid, signal.SIGCONT)
         time.sleep(0.25)  # the watchdog ticks every 0.0625 s
         if progress_after:
-            for _ in range(15):
-                proc.stdin.write(b"s")
-                proc.stdin.flush()
-                time.sleep(0.1)
+            steps(15)
             assert proc.poll() is None, proc.stderr.read().decode()
         else:
             assert proc.wait(timeout=20) == EXIT_WATCHDOG
