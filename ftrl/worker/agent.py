@@ -44,6 +44,7 @@ from pathlib import Path
 import grpc
 
 from ftrl._version import __version__
+from ftrl.util.awake_clock import AwakeClock
 from ftrl.util.backoff import Backoff
 from ftrl.util.logfmt import actor_fields, kv
 from ftrl.util.restart_policy import RestartPolicy
@@ -185,6 +186,9 @@ class NodeAgent:
         self.hb_interval = 1.0
         self.hb_timeout = 5.0
         self.restart_policy = RestartPolicy()
+        # silence of actors and of the coordinator link is counted on this clock: the
+        # worker's own pauses (SIGSTOP, a paused VM) are left out (`_tick_awake`)
+        self._awake = AwakeClock(self._pause_gap(), what="the worker")
         self.connected = asyncio.Event()
         self.draining = ""  # why the node drains; "" while it does not
         self._drain_deadline = float("inf")  # monotonic end of the drain, once it began
@@ -220,6 +224,7 @@ class NodeAgent:
                 tasks = [
                     tg.create_task(self._connection_loop()),
                     tg.create_task(self._ping_loop()),
+                    tg.create_task(self._tick_awake()),
                     tg.create_task(self.pool.maintain()),
                     tg.create_task(self._drain_when_asked()),
                 ]
@@ -428,6 +433,7 @@ class NodeAgent:
         self.epoch = reply.node_epoch
         self.hb_interval = reply.heartbeat_interval_s or 1.0
         self.hb_timeout = reply.heartbeat_timeout_s or 5.0
+        self._awake.gap_s = self._pause_gap()
         try:
             policy = RestartPolicy.from_reply(reply)
         except ValueError as e:
@@ -447,7 +453,7 @@ class NodeAgent:
     async def _session(self, reply: pb.RegisterNodeReply) -> None:
         call = self._stub.Connect(metadata=self._md)
         sent: dict[int, float] = {}
-        self.last_ack = time.monotonic()
+        self.last_ack = self._awake()  # on the awake clock: our own pause is not the link's silence
         self._drain_sent = False
 
         async def writer() -> None:
@@ -488,7 +494,7 @@ class NodeAgent:
                         del sent[old]
                     if t is not None:
                         self.lease_until = t + LEASE_FRACTION * self.hb_timeout
-                        self.last_ack = time.monotonic()
+                        self.last_ack = self._awake()
                         self._hb_acked = max(self._hb_acked, msg.ack.seq)
                         self.connected.set()
                 elif kind == "start":
@@ -503,7 +509,9 @@ class NodeAgent:
         async def watchdog() -> None:
             while True:
                 await asyncio.sleep(self.hb_interval / 2)
-                silent = time.monotonic() - self.last_ack
+                # after a pause of our own, the link gets a full timeout to be heard again
+                # (acks come every few beats: what was left of the last wait is not enough)
+                silent = self._awake() - max(self.last_ack, self._awake.resumed_at)
                 if silent > self.hb_timeout:
                     raise ConnectionError(f"no heartbeat ack for {silent:.1f}s")
 
@@ -683,7 +691,8 @@ class NodeAgent:
             return "failed"
         la.port = int(msg["port"])
         la.state = "alive"
-        la.started_at = la.last_pong = time.monotonic()
+        la.started_at = time.monotonic()
+        la.last_pong = self._awake()
         log.info("%s", self._kv("ACTOR_STARTED", la, pid=host.pid, port=la.port,
                                 start_s=round(time.monotonic() - t0, 3)))
         self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STARTED,
@@ -777,21 +786,33 @@ class NodeAgent:
             reply = await self._ping_stub(target).Ping(
                 pb.PingRequest(incarnation=la.incarnation), timeout=timeout, metadata=self._md)
             if reply.incarnation == la.incarnation:
-                la.last_pong = time.monotonic()
+                la.last_pong = self._awake()
         except grpc.RpcError:
             pass
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # the loop itself is being stopped
-        if la.state == "alive" and time.monotonic() - la.last_pong > self.opts.actor_hang_timeout_s:
+        silent_s = self._awake() - la.last_pong  # the worker's own pauses left out
+        if la.state == "alive" and silent_s > self.opts.actor_hang_timeout_s:
             la.hung = True
-            log.warning("%s", self._kv("ACTOR_HUNG", la, silent_s=round(time.monotonic() - la.last_pong, 1),
+            log.warning("%s", self._kv("ACTOR_HUNG", la, silent_s=round(silent_s, 1),
                                        reason="did not answer pings: killing it"))
             self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_HUNG,
                          reason=f"no ping answer for {self.opts.actor_hang_timeout_s:g}s")
             if la.host is not None:
                 la.host.signal(signal.SIGKILL)
+
+    def _pause_gap(self) -> float:
+        """A gap in this loop's ticks longer than this is a pause of the worker (if it
+        used no CPU meanwhile): a quarter of the shortest silence it judges by."""
+        return min(self.opts.actor_hang_timeout_s, self.hb_timeout) / 4
+
+    async def _tick_awake(self) -> None:
+        """Call the awake clock often enough that only a pause leaves a gap."""
+        while True:
+            await asyncio.sleep(self._awake.gap_s / 3)
+            self._awake()
 
     async def _ping_loop(self) -> None:
         """Ping every alive actor each round. The channels belong to this loop alone

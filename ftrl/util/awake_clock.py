@@ -1,0 +1,54 @@
+"""A monotonic clock that leaves out the time this process was paused.
+
+A failure detector that counts seconds of silence on `time.monotonic()` blames its peers
+for its own pauses: after a SIGSTOP, or a paused or migrating VM, every peer looks silent
+for the whole gap, although nobody could have been heard in it. The coordinator then
+declared every node lost at once (a paused VM that holds the whole cluster restarted
+every actor), and a worker killed actors as hung and dropped its coordinator link.
+
+`AwakeClock` is called often (a ticker every `gap_s / 3` or so) and by every check of
+silence. Two calls more than `gap_s` apart, between which the process used less than
+half the gap in CPU time, mean the process did not run: that gap is left out, and
+`resumed_at` notes when it ended. A loop that was busy (it used the CPU) is not paused:
+its gaps count, so a coordinator or worker that is merely overloaded still finds dead
+peers. A gap spent blocked on I/O (a stalled disk) is left out like a pause.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+PAUSE_CPU_SHARE = 0.5  # a gap in which the process used less CPU than this share was a pause
+
+
+class AwakeClock:
+    """`clock()` minus the pauses (see the module docstring). Callable; for one thread
+    (an event loop's tasks)."""
+
+    def __init__(self, gap_s: float, clock: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = time.process_time, what: str = "this process") -> None:
+        self.gap_s = float(gap_s)
+        if not self.gap_s > 0:
+            raise ValueError(f"gap_s must be > 0, got {gap_s}")
+        self.what = what
+        self._clock, self._cpu = clock, cpu
+        self._last, self._last_cpu = clock(), cpu()
+        self.asleep_s = 0.0  # total time left out
+        self.pauses = 0
+        self.resumed_at = float("-inf")  # awake time at which the last pause ended
+
+    def __call__(self) -> float:
+        now, cpu = self._clock(), self._cpu()
+        gap, used = now - self._last, cpu - self._last_cpu
+        self._last, self._last_cpu = now, cpu
+        if gap > self.gap_s and used < PAUSE_CPU_SHARE * gap:
+            self.asleep_s += gap
+            self.pauses += 1
+            self.resumed_at = now - self.asleep_s
+            log.warning("%s did not run for %.1fs (paused, or blocked without using the CPU): that "
+                        "time does not count as silence of its peers", self.what, gap)
+        return now - self.asleep_s
