@@ -12,7 +12,7 @@ from ftrl.coordinator.controller import Controller, ControllerConfig
 from ftrl.coordinator.http import HttpServer
 from ftrl.coordinator.server import CoordinatorServer
 from ftrl.coordinator.store import open_store
-from ftrl.util.awake_clock import AwakeClock
+from ftrl.util.awake_clock import AwakeClock, pause_gap
 from ftrl.util.files import atomic_write_bytes
 from ftrl.util.runtime import stop_on_signals
 from ftrl.wire.security import Security, check_bind, is_loopback
@@ -66,10 +66,12 @@ async def serve(opts: CoordinatorOptions, security: Security, stop: asyncio.Even
     )
     store = open_store(opts.state_dir, recover=opts.recover)  # StateStoreError: refuse to start
     try:
-        # silence of nodes is counted only while the coordinator runs: a pause of its
-        # process or VM (or a blocked loop) does not make every node look lost at once
-        clock = AwakeClock(config.heartbeat_timeout_s / 4, what="the coordinator")
-        controller = Controller(config, store=store, clock=clock)
+        controller = Controller(config, store=store)
+        # From here on, silence of nodes counts only while the coordinator runs: a pause
+        # of its process or VM does not make every node look lost at once. (Its restore
+        # above ran on time.monotonic, the same time base: nothing is left out yet. The
+        # tick loop calls the clock every 0.05 s.)
+        controller.clock = AwakeClock(pause_gap(config.heartbeat_timeout_s), what="the coordinator")
         controller.jobs.jobs_dir = jobs_dir(opts.state_dir)
         await _serve(opts, security, controller, stop)
     finally:

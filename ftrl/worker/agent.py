@@ -44,7 +44,7 @@ from pathlib import Path
 import grpc
 
 from ftrl._version import __version__
-from ftrl.util.awake_clock import AwakeClock
+from ftrl.util.awake_clock import AwakeClock, pause_gap
 from ftrl.util.backoff import Backoff
 from ftrl.util.logfmt import actor_fields, kv
 from ftrl.util.restart_policy import RestartPolicy
@@ -182,7 +182,6 @@ class NodeAgent:
         self.actors: dict[str, LocalActor] = {}
         self.epoch = 0
         self.lease_until = 0.0
-        self.last_ack = 0.0
         self.hb_interval = 1.0
         self.hb_timeout = 5.0
         self.restart_policy = RestartPolicy()
@@ -453,7 +452,12 @@ class NodeAgent:
     async def _session(self, reply: pb.RegisterNodeReply) -> None:
         call = self._stub.Connect(metadata=self._md)
         sent: dict[int, float] = {}
-        self.last_ack = self._awake()  # on the awake clock: our own pause is not the link's silence
+        # The link's silence counts on the awake clock from `link_since`: the last ack, or
+        # the end of a pause of our own after it (acks come every few beats, so what was
+        # left of the wait before the pause may not be enough). Once per ack, so that
+        # repeated stalls cannot keep a dead link open.
+        link_since = self._awake()
+        regrace = True
         self._drain_sent = False
 
         async def writer() -> None:
@@ -486,6 +490,7 @@ class NodeAgent:
                     self._reports.popleft()  # only once written: a broken stream keeps it
 
         async def reader() -> None:
+            nonlocal link_since, regrace
             async for msg in call:
                 kind = msg.WhichOneof("body")
                 if kind == "ack":
@@ -494,7 +499,8 @@ class NodeAgent:
                         del sent[old]
                     if t is not None:
                         self.lease_until = t + LEASE_FRACTION * self.hb_timeout
-                        self.last_ack = self._awake()
+                        link_since = self._awake()
+                        regrace = True
                         self._hb_acked = max(self._hb_acked, msg.ack.seq)
                         self.connected.set()
                 elif kind == "start":
@@ -507,11 +513,13 @@ class NodeAgent:
             raise ConnectionError("coordinator closed the stream")
 
         async def watchdog() -> None:
+            nonlocal link_since, regrace
             while True:
                 await asyncio.sleep(self.hb_interval / 2)
-                # after a pause of our own, the link gets a full timeout to be heard again
-                # (acks come every few beats: what was left of the last wait is not enough)
-                silent = self._awake() - max(self.last_ack, self._awake.resumed_at)
+                now = self._awake()
+                if regrace and self._awake.resumed_at > link_since:
+                    link_since, regrace = self._awake.resumed_at, False
+                silent = now - link_since
                 if silent > self.hb_timeout:
                     raise ConnectionError(f"no heartbeat ack for {silent:.1f}s")
 
@@ -805,8 +813,8 @@ class NodeAgent:
 
     def _pause_gap(self) -> float:
         """A gap in this loop's ticks longer than this is a pause of the worker (if it
-        used no CPU meanwhile): a quarter of the shortest silence it judges by."""
-        return min(self.opts.actor_hang_timeout_s, self.hb_timeout) / 4
+        used no CPU meanwhile); from the shortest silence it judges by."""
+        return pause_gap(min(self.opts.actor_hang_timeout_s, self.hb_timeout))
 
     async def _tick_awake(self) -> None:
         """Call the awake clock often enough that only a pause leaves a gap."""

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ftrl.util.awake_clock import AwakeClock
+from ftrl.util.awake_clock import MIN_GAP_S, AwakeClock, pause_gap
 
 
 class Fake:
@@ -71,3 +71,38 @@ def test_the_cpu_share_rule_is_per_gap():
 def test_gap_must_be_positive():
     with pytest.raises(ValueError, match="gap_s"):
         AwakeClock(0.0)
+
+
+def test_one_pause_per_window_so_stalls_cannot_hide_a_dead_peer_for_good():
+    """Repeated idle stalls (a disk that blocks the loop) look like pauses: only the
+    first in each window is left out, so time still passes."""
+    clock, f = make(gap_s=1.0)  # window 4 s
+    t0 = clock()
+    f.run(2.0, 0.0)
+    clock()  # left out
+    for _ in range(2):
+        f.run(0.5, 0.0)
+        clock()
+        f.run(2.0, 0.0)  # within 4 s of awake time after the last pause: counts
+        clock()
+    assert clock.pauses == 1
+    assert clock() - t0 == pytest.approx(5.0)
+    f.run(3.0, 0.5)
+    clock()
+    f.run(2.0, 0.0)  # past the window again: left out
+    clock()
+    assert clock.pauses == 2
+
+
+def test_pause_gap_has_a_floor_above_the_ticks():
+    """A tiny heartbeat timeout must not make every idle tick a pause (the clock would
+    stand still and no node would ever be lost)."""
+    assert pause_gap(0.1) == MIN_GAP_S
+    assert pause_gap(8.0) == 2.0
+    clock, f = make(gap_s=pause_gap(0.2))
+    t0 = clock()
+    for _ in range(100):
+        f.run(0.05, 0.0)  # the coordinator's idle 0.05 s ticks
+        clock()
+    assert clock() - t0 == pytest.approx(5.0)
+    assert clock.pauses == 0
