@@ -24,8 +24,18 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-PAUSE_CPU_SHARE = 0.5  # a gap in which the process used less CPU than this share was a pause
+#: a gap counts as a pause only if the process used less than this share of it in CPU
+#: (stopped: ~0; a thread holding the GIL or a busy loop: ~1)
+PAUSE_CPU_SHARE = 0.5
 MIN_GAP_S = 0.5  # shorter gaps are scheduling noise, never pauses
+
+
+def was_paused(gap_s: float, cpu_s: float, pause_s: float) -> bool:
+    """Whether a gap of `gap_s` between two ticks of a loop that ticks well within
+    `pause_s`, in which the process used `cpu_s` of CPU, was a pause of the process
+    (SIGSTOP, a paused VM) rather than the process being busy. The one rule for
+    `AwakeClock` and the runner's `ProgressWatchdog`."""
+    return gap_s > pause_s and cpu_s < PAUSE_CPU_SHARE * gap_s
 
 
 def pause_gap(shortest_timeout_s: float) -> float:
@@ -56,7 +66,7 @@ class AwakeClock:
         now, cpu = self._clock(), self._cpu()
         gap, used = now - self._last, cpu - self._last_cpu
         self._last, self._last_cpu = now, cpu
-        if gap > self.gap_s and used < PAUSE_CPU_SHARE * gap:
+        if was_paused(gap, used, self.gap_s):
             awake_before = now - gap - self.asleep_s
             if awake_before - self.resumed_at >= self.window_s:
                 self.asleep_s += gap

@@ -29,15 +29,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from ftrl.util.awake_clock import was_paused
 from ftrl.util.logfmt import kv
 
 #: Exit code of a process ended by its own watchdog (distinct from Python's 1/2 and the
 #: host's 3); the worker maps it to a readable reason.
 EXIT_WATCHDOG = 86
-
-#: a gap in the watchdog's ticks counts as a pause only if the process used less than this
-#: share of it in CPU (stopped: ~0; a thread holding the GIL: ~1)
-PAUSE_CPU_SHARE = 0.5
 
 EXIT_REASONS: dict[int, str] = {
     EXIT_WATCHDOG: "killed by its own watchdog: no progress (an env step hung) within its timeout",
@@ -80,8 +77,8 @@ class ProgressWatchdog:
         self.what = what
         self.name = name
         self.tick_s = tick_s if tick_s is not None else min(1.0, max(0.02, self.timeout_s / 8))
-        #: a gap this long between two of the thread's ticks, with the process using less
-        #: than PAUSE_CPU_SHARE of it in CPU, means the process was paused
+        #: a longer gap between two of the thread's ticks, with the process using almost
+        #: no CPU meanwhile, means the process was paused (`awake_clock.was_paused`)
         self.pause_s = max(4 * self.tick_s, self.timeout_s / 4)
         self.on_stall = on_stall if on_stall is not None else self._kill
         #: monotonic time of the last progress; 0.0 while no work is in progress
@@ -144,7 +141,7 @@ class ProgressWatchdog:
         while not self._stop.wait(self.tick_s):
             now, cpu = time.monotonic(), time.process_time()
             gap = now - last
-            if gap > self.pause_s and cpu - last_cpu < PAUSE_CPU_SHARE * gap:
+            if was_paused(gap, cpu - last_cpu, self.pause_s):
                 self.resumed(now)
             last, last_cpu = now, cpu
             if self.check(now):
