@@ -108,9 +108,9 @@ class LocalActor:
     host: ActorProcess | None = None
     port: int = 0
     pid: int = 0
-    started_at: float = 0.0
+    started_at: float = 0.0  # time.monotonic()
     crash_streak: int = 0
-    last_pong: float = 0.0
+    last_pong: float = 0.0  # on the agent's awake clock (its own pauses left out): compare with _awake()
     hung: bool = False
     stop_requested: bool = False
     stop_reason: str = ""
