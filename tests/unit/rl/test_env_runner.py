@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ftrl.config import PPOConfig
+from ftrl.rl import env_runner
 from ftrl.rl.env_runner import EnvRunner
 from ftrl.rl.sample_batch import TIME_MAJOR_KEYS, check_fragment
 from ftrl.rl.sub_env import SubEnvError
@@ -14,6 +15,15 @@ from ftrl.wire import codec
 from ftrl.wire.errors import ConfigError
 
 COUNTER = "ftrl.rl.testing_envs:make_counter_env"
+
+
+@pytest.fixture(autouse=True, params=["c_step", "python_step"])
+def step_loop(request, monkeypatch):
+    """Every test here runs on the C vector step (ftrl/rl/_vecstep.c) and on the Python loop."""
+    if request.param == "python_step":
+        monkeypatch.setattr(env_runner, "_step_envs", None)
+    elif env_runner._step_envs is None:
+        pytest.skip("the C vector step is not built here")
 FLAKY = "ftrl.rl.testing_envs:make_flaky_env"
 
 
@@ -332,6 +342,6 @@ def test_after_an_unexpected_error_mid_fragment_sampling_goes_on_from_the_failin
     runner = _runner(env="tests.unit.rl.test_env_runner:make_wrong_shape_at_env", env_config={"bad_at": 6},
                      envs=1, frag=4)
     np.testing.assert_array_equal(runner.sample()["batch"]["obs"][:, 0, 0], [0, 1, 2, 3])
-    with pytest.raises(ValueError, match="broadcast"):
+    with pytest.raises(ValueError, match="sub-env 0: step returned an observation that does not fit"):
         runner.sample()  # steps 4 and 5 are fine, step 6 is malformed
     np.testing.assert_array_equal(runner.sample()["batch"]["obs"][:, 0, 0], [5, 7, 8, 9])

@@ -1,0 +1,239 @@
+"""The EnvRunner's vector step in C (ftrl/rl/_vecstep.c) against its pure-Python loop:
+the same fragments bit for bit, the same failures, no leaked references, and built
+wherever a C compiler is found."""
+
+from __future__ import annotations
+
+import gc
+import math
+import shutil
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from ftrl.config import PPOConfig
+from ftrl.rl import env_runner
+from ftrl.rl.env_runner import EnvRunner
+
+
+def _step_envs():
+    """The C step; a skip where no C compiler could build it, a failure where one could."""
+    try:
+        from ftrl.rl._vecstep import step_envs
+    except ImportError:
+        if shutil.which("cc") or shutil.which("gcc"):
+            raise  # `pip install -e .` should have built it
+        pytest.skip("no C compiler on this machine: the runner uses its Python loop")
+    return step_envs
+
+
+def test_the_runner_uses_the_c_step_unless_told_not_to(monkeypatch):
+    step_envs = _step_envs()
+    assert env_runner._native_step() is step_envs
+    monkeypatch.setenv("FTRL_PURE_PYTHON", "1")
+    assert env_runner._native_step() is None
+
+
+class Scripted:
+    """A step function returning what it is given, in order."""
+
+    def __init__(self, *results):
+        self.results = list(results)
+        self.actions = []
+
+    def __call__(self, action):
+        self.actions.append(action)
+        out = self.results.pop(0)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+
+def _call(fns, nxt=None, fast=True, ep_ret=None, fit=None):
+    e = len(fns)
+    nxt = np.zeros((e, 3), np.float32) if nxt is None else nxt
+    rew, term, trunc = [0.0] * e, [False] * e, [False] * e
+    ep_ret = [0.0] * e if ep_ret is None else ep_ret
+    fits = []
+
+    def default_fit(out, i, obs, what):
+        fits.append((i, what))
+        out[i] = np.asarray(obs, np.float32).reshape(3)
+
+    ended, failed, finite = _step_envs()(fns, list(range(e)), nxt, rew, term, trunc, ep_ret,
+                                         fit or default_fit, fast)
+    return {"nxt": nxt, "rew": rew, "term": term, "trunc": trunc, "ep_ret": ep_ret, "ended": ended,
+            "failed": failed, "finite": finite, "fits": fits}
+
+
+def test_writes_rows_rewards_flags_and_ended_in_order():
+    f64 = np.array([0.1, 1e-40, 3e38], np.float64)  # casts like numpy: rounding, denormal, near max
+    f32 = np.array([1.5, -2.0, 0.25], np.float32)
+    fns = [Scripted((f64, 1.0, False, False, {})), Scripted((f32, 2.5, True, False, {})),
+           Scripted((f32, -1.0, False, True, {})), Scripted((f64[::-1], 0.0, 1, np.True_, None))]
+    r = _call(fns, ep_ret=[1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(r["nxt"], np.stack([f64, f32, f32, f64[::-1]]).astype(np.float32))
+    assert r["rew"] == [1.0, 2.5, -1.0, 0.0]
+    assert r["ep_ret"] == [2.0, 4.5, 2.0, 4.0]
+    assert r["term"] == [False, True, False, True]
+    assert r["trunc"] == [False, False, True, True]
+    assert r["ended"] == [1, 2, 3]
+    assert r["failed"] == [] and r["finite"] is True and r["fits"] == []
+    assert [f.actions for f in fns] == [[0], [1], [2], [3]]
+
+
+def test_anything_but_a_1d_float_row_of_the_right_size_goes_through_fit():
+    fns = [Scripted(([1.0, 2.0, 3.0], 1.0, False, False, {})),  # a list
+           Scripted((np.array([1, 2, 3]), 1.0, False, False, {})),  # ints
+           Scripted((np.ones((1, 3)), 1.0, False, False, {})),  # 2-D
+           Scripted((np.ones(3), 1.0, False, False, {}))]  # the fast path
+    r = _call(fns)
+    assert r["fits"] == [(0, "step"), (1, "step"), (2, "step")]
+    np.testing.assert_array_equal(r["nxt"], [[1, 2, 3], [1, 2, 3], [1, 1, 1], [1, 1, 1]])
+    slow = _call([Scripted((np.ones(3), 1.0, False, False, {}))], fast=False)
+    assert slow["fits"] == [(0, "step")]
+
+
+def test_a_wrong_size_observation_raises_the_fit_error_even_with_one_element():
+    def strict_fit(out, i, obs, what):
+        raise ValueError(f"sub-env {i}: {what} returned an observation that does not fit")
+
+    for bad in (np.ones(1), np.ones(4), np.float64(1.0)):
+        with pytest.raises(ValueError, match="sub-env 0: step returned"):
+            _call([Scripted((bad, 1.0, False, False, {}))], fit=strict_fit)
+
+
+def test_exceptions_from_step_or_unpack_are_collected_and_others_skip_on():
+    boom = RuntimeError("boom")
+    fns = [Scripted(boom), Scripted((np.ones(3), 1.0, False, False)),
+           Scripted([np.ones(3), 1.0, False, False, {}]),  # a list of 5 unpacks like a tuple
+           Scripted((np.ones(3), 1.0, False, False, {}, 0)), Scripted(5)]
+    r = _call(fns)
+    failed = dict(r["failed"])
+    assert sorted(failed) == [0, 1, 3, 4]
+    assert failed[0] is boom and boom.__traceback__ is not None
+    assert "expected 5, got 4" in str(failed[1]) and isinstance(failed[1], ValueError)
+    assert "too many values" in str(failed[3])
+    assert isinstance(failed[4], TypeError)
+    assert r["rew"] == [0.0, 0.0, 1.0, 0.0, 0.0] and r["ep_ret"] == [0.0, 0.0, 1.0, 0.0, 0.0]
+
+
+def test_base_exceptions_propagate():
+    with pytest.raises(KeyboardInterrupt):
+        _call([Scripted((np.ones(3), 1.0, False, False, {})), Scripted(KeyboardInterrupt())])
+
+
+@pytest.mark.parametrize("reward, obs", [(math.nan, np.ones(3)), (math.inf, np.ones(3)),
+                                         (1.0, np.array([0.0, np.nan, 0.0])),
+                                         (np.float32(np.inf), np.ones(3)),
+                                         (1.0, np.array([1e39, 0.0, 0.0]))])  # inf as float32
+def test_non_finite_rewards_or_observations_clear_finite(reward, obs):
+    r = _call([Scripted((np.zeros(3), 1.0, False, False, {})), Scripted((obs, reward, False, False, {}))])
+    assert r["finite"] is False
+
+
+def test_non_float_rewards_add_as_python_does():
+    rewards = [np.float32(0.1), 1, True, np.float64(0.2)]
+    r = _call([Scripted((np.ones(3), x, False, False, {})) for x in rewards], ep_ret=[0.5, 0.5, 0.5, 0.5])
+    expected = [0.5 + x for x in rewards]
+    assert r["ep_ret"] == expected and [type(x) for x in r["ep_ret"]] == [type(x) for x in expected]
+    assert r["rew"] == rewards and r["finite"] is True
+    with pytest.raises(TypeError):
+        _call([Scripted((np.ones(3), "1", False, False, {}))])
+
+
+def test_bad_arguments_are_refused():
+    fn = [Scripted((np.ones(3), 1.0, False, False, {}))]
+    with pytest.raises(ValueError, match="float32"):
+        _call(fn, nxt=np.zeros((1, 3)))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _call(fn, nxt=np.zeros((3, 2), np.float32).T)  # not C-contiguous
+    with pytest.raises(ValueError, match="one item per sub-env"):
+        _step_envs()(fn, [0, 1], np.zeros((1, 3), np.float32), [0.0], [False], [False], [0.0], None, True)
+
+
+def test_no_reference_is_leaked():
+    """Reference counts of everything a step touches come back to where they were (a
+    fresh exception per failure: re-raising one object grows its traceback)."""
+    obs, info, reward, fail = np.ones(3), {"k": 1}, 2.0 ** 0.5, RuntimeError
+    results = ((obs, reward, True, False, info),)
+
+    def ok(action):
+        return results[0]
+
+    def bad(action):
+        raise fail("x")
+
+    def rounds(n):
+        for _ in range(n):
+            _call([ok, bad, ok])
+
+    rounds(100)
+    gc.collect()
+    before = [sys.getrefcount(x) for x in (obs, info, reward, fail, True, ok, bad)]
+    rounds(2000)
+    gc.collect()
+    assert [sys.getrefcount(x) for x in (obs, info, reward, fail, True, ok, bad)] == before
+
+
+def _runner(env: str, env_config: dict, envs: int, frag: int, restart: bool = True) -> EnvRunner:
+    cfg = (
+        PPOConfig()
+        .environment(env, env_config=env_config)
+        .env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=frag)
+        .fault_tolerance(restart_failed_sub_environments=restart)
+        .debugging(seed=0)
+    )
+    return EnvRunner(cfg.to_dict(), set_torch_threads=False)
+
+
+def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 4) -> list[dict]:
+    monkeypatch.setattr(env_runner, "_step_envs", env_runner._native_step() if native_on else None)
+    if native_on:
+        assert env_runner._step_envs is not None
+    runner = _runner(env, env_config, envs=6, frag=64)
+    try:
+        return [runner.sample() for _ in range(n)] + [runner.get_metrics()]
+    finally:
+        runner.stop()
+
+
+@pytest.mark.parametrize("env, env_config", [
+    ("CartPole-v1", {}),
+    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 37, "max_episode_steps": 20}),
+    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 29, "mode": "nan_obs"}),
+    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 31, "mode": "nan_reward"}),
+    ("ftrl.rl.testing_envs:make_counter_env", {"episode_len": 7, "truncate": True}),
+])
+def test_the_c_and_python_loops_give_the_same_fragments(monkeypatch, env, env_config):
+    """Same seeds, same envs: every array of every fragment, the episodes and the restart
+    counts are identical (sub-env failures, NaN observations and rewards, truncations)."""
+    _step_envs()  # the extension is there (skips this test where it could not be built)
+    c = _samples(monkeypatch, True, env, env_config)
+    py = _samples(monkeypatch, False, env, env_config)
+    for a, b in zip(c[:-1], py[:-1], strict=True):
+        assert a["batch"].keys() == b["batch"].keys()
+        for key in a["batch"]:
+            np.testing.assert_array_equal(a["batch"][key], b["batch"][key], err_msg=key)
+        np.testing.assert_array_equal(a["episodes"]["returns"], b["episodes"]["returns"])
+        np.testing.assert_array_equal(a["episodes"]["lengths"], b["episodes"]["lengths"])
+    assert c[-1]["num_sub_env_restarts"] == py[-1]["num_sub_env_restarts"]
+    if "fail_every" in env_config:
+        assert c[-1]["num_sub_env_restarts"] > 0
+
+
+def test_the_runner_still_steps_gymnasium_envs_through_their_wrappers(monkeypatch):
+    """`step_fns` are the envs' own `step` (TimeLimit and the rest apply): a 10-step limit
+    truncates every episode at 10 steps on the C path."""
+    monkeypatch.setattr(env_runner, "_step_envs", env_runner._native_step())
+    gym.register("FtrlShortCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                 max_episode_steps=10)
+    try:
+        runner = _runner("FtrlShortCartPole-v0", {}, envs=2, frag=40)
+        out = runner.sample()
+        runner.stop()
+    finally:
+        gym.registry.pop("FtrlShortCartPole-v0", None)
+    assert set(out["episodes"]["lengths"]) <= set(range(1, 11)) and 10 in set(out["episodes"]["lengths"])
