@@ -12,48 +12,86 @@
  * anything else goes through `fit(nxt, i, obs, "step")`, the runner's checked encoder
  * write, which refuses an observation of the wrong size. Then rew[i] = reward,
  * ep_ret[i] += reward, term[i]/trunc[i] = True when set, and i is appended to `ended`
- * when either is. `finite` is false when a written observation row or a reward holds NaN
- * or inf (the caller then runs its exact per-env check). Errors from `fit` or from adding
- * the reward propagate. The pure-Python loop in ftrl/rl/env_runner.py does the same.
+ * when either is. `finite` is false when a written observation row holds NaN or inf, or
+ * a reward is NaN, inf or no float (the caller then runs its exact per-env check). Errors from `fit` or from adding
+ * the reward propagate, after the same side effects as in the pure-Python loop in
+ * ftrl/rl/env_runner.py, which does the same (one difference: a float64 observation
+ * beyond float32's range becomes inf without numpy's RuntimeWarning; the row is flagged).
+ * Python code called from here cannot crash it by changing the lists: IndexError.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <string.h>
 
-/* items[0..4] = new references to the 5 values of res, or -1 with an exception set */
+/* items[0..4] = new references to the 5 values of res, unpacked as Python's
+ * `o, r, te, tr, _ = res` does (any iterable, read no further than a 6th item), or -1
+ * with Python's exception set */
 static int
 unpack5(PyObject *res, PyObject **items)
 {
-    PyObject *tup = res;
-    if (!PyTuple_CheckExact(res)) {
-        tup = PySequence_Tuple(res);
-        if (tup == NULL)
-            return -1;
+    if (PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 5) {
+        for (int k = 0; k < 5; k++) {
+            items[k] = PyTuple_GET_ITEM(res, k);
+            Py_INCREF(items[k]);
+        }
+        return 0;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(tup);
-    if (n != 5) {
-        if (n < 5)
-            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 5, got %zd)", n);
-        else
-            PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 5)");
-        if (tup != res)
-            Py_DECREF(tup);
+    PyObject *it = PyObject_GetIter(res);
+    if (it == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %.200s object",
+                         Py_TYPE(res)->tp_name);
+        }
         return -1;
     }
-    for (int k = 0; k < 5; k++) {
-        items[k] = PyTuple_GET_ITEM(tup, k);
-        Py_INCREF(items[k]);
+    int n = 0;
+    for (; n < 5; n++) {
+        items[n] = PyIter_Next(it);
+        if (items[n] == NULL)
+            break;
     }
-    if (tup != res)
-        Py_DECREF(tup);
+    PyObject *extra = NULL;
+    if (n == 5 && !PyErr_Occurred())
+        extra = PyIter_Next(it);
+    Py_DECREF(it);
+    if (n == 5 && extra == NULL && !PyErr_Occurred())
+        return 0;
+    if (!PyErr_Occurred()) {
+        if (n < 5)
+            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 5, got %d)", n);
+        else
+            PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 5)");
+    }
+    Py_XDECREF(extra);
+    for (int k = 0; k < n; k++)
+        Py_DECREF(items[k]);
+    return -1;
+}
+
+/* the format of a native float64 ('d') or float32 ('f') item, or 0 */
+static char
+native_float(const char *f)
+{
+    if (f == NULL)
+        return 0;
+#if PY_LITTLE_ENDIAN
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@')
+#else
+    if (f[0] == '>' || f[0] == '!' || f[0] == '=' || f[0] == '@')
+#endif
+        f++;
+    if ((f[0] == 'd' || f[0] == 'f') && f[1] == '\0')
+        return f[0];
     return 0;
 }
 
-/* 1: obs (a 1-D float64/float32 buffer of d items) copied into row, *finite updated;
- * 0: obs is something else (the caller writes it through fit) */
+/* 1: obs (a 1-D float64/float32 buffer of d items, not overlapping `out`) copied into row
+ * with numpy's cast, *finite cleared for NaN/inf; 0: anything else (the caller writes it
+ * through fit) */
 static int
-copy_row(PyObject *obs, float *row, Py_ssize_t d, int *finite)
+copy_row(PyObject *obs, float *row, Py_ssize_t d, const Py_buffer *out, int *finite)
 {
     Py_buffer v;
     if (!PyObject_CheckBuffer(obs))
@@ -62,26 +100,32 @@ copy_row(PyObject *obs, float *row, Py_ssize_t d, int *finite)
         PyErr_Clear();
         return 0;
     }
-    int ok = 0;
-    const char *f = v.format != NULL ? v.format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@')
-        f++;
-    if (v.ndim == 1 && v.shape[0] == d && f[0] != '\0' && f[1] == '\0') {
+    char kind = native_float(v.format);
+    Py_ssize_t n = v.shape != NULL ? (v.ndim == 1 ? v.shape[0] : -1) : v.len / (v.itemsize ? v.itemsize : 1);
+    int ok = kind != 0 && v.ndim == 1 && n == d && v.itemsize == (kind == 'd' ? 8 : 4);
+    if (ok) {
+        Py_ssize_t s = v.strides != NULL ? v.strides[0] : v.itemsize;
         const char *p = (const char *)v.buf;
-        Py_ssize_t s = v.strides[0];
-        if (f[0] == 'd' && v.itemsize == 8) {
-            for (Py_ssize_t j = 0; j < d; j++)
-                row[j] = (float)*(const double *)(p + j * s);
-            ok = 1;
-        } else if (f[0] == 'f' && v.itemsize == 4) {
-            for (Py_ssize_t j = 0; j < d; j++)
-                row[j] = *(const float *)(p + j * s);
-            ok = 1;
+        const char *lo = s >= 0 ? p : p + (d - 1) * s;
+        const char *hi = (s >= 0 ? p + (d - 1) * s : p) + v.itemsize;
+        const char *olo = (const char *)out->buf;
+        if (d > 0 && lo < olo + out->len && olo < hi)
+            ok = 0;  /* a view of the rows being written: numpy's assignment handles it */
+    }
+    if (ok) {
+        Py_ssize_t s = v.strides != NULL ? v.strides[0] : v.itemsize;
+        const char *p = (const char *)v.buf;
+        for (Py_ssize_t j = 0; j < d; j++) {
+            if (kind == 'd') {
+                double x;
+                memcpy(&x, p + j * s, sizeof x);
+                row[j] = (float)x;
+            } else {
+                memcpy(&row[j], p + j * s, sizeof(float));
+            }
+            if (!isfinite(row[j]))
+                *finite = 0;
         }
-        if (ok)
-            for (Py_ssize_t j = 0; j < d; j++)
-                if (!isfinite(row[j]))
-                    *finite = 0;
     }
     PyBuffer_Release(&v);
     return ok;
@@ -108,10 +152,31 @@ fit_row(PyObject *fit, PyObject *nxt, Py_ssize_t i, PyObject *obs, const float *
     return 0;
 }
 
-/* ep_ret[i] += r and rew[i] = r; *finite cleared for a NaN/inf reward; -1 on error */
+/* IndexError unless every list still has item i (Python code called from here could
+ * have shrunk one) */
+static int
+check_index(PyObject *const *lists, int nlists, Py_ssize_t i)
+{
+    for (int k = 0; k < nlists; k++)
+        if (i >= PyList_GET_SIZE(lists[k])) {
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            return -1;
+        }
+    return 0;
+}
+
+/* rew[i] = r, then ep_ret[i] += r (the Python loop's order); *finite cleared for a
+ * reward that is NaN/inf or not convertible to float (the caller's exact check then
+ * raises as the Python loop does); -1 on error */
 static int
 add_reward(PyObject *ep_ret, PyObject *rew, Py_ssize_t i, PyObject *r, int *finite)
 {
+    PyObject *const lists[] = {ep_ret, rew};
+    if (check_index(lists, 2, i) < 0)
+        return -1;
+    Py_INCREF(r);
+    if (PyList_SetItem(rew, i, r) < 0)
+        return -1;
     PyObject *acc = PyList_GET_ITEM(ep_ret, i);
     PyObject *sum;
     double rv;
@@ -119,23 +184,26 @@ add_reward(PyObject *ep_ret, PyObject *rew, Py_ssize_t i, PyObject *r, int *fini
         rv = PyFloat_AS_DOUBLE(r);
         sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(acc) + rv);
     } else {
+        Py_INCREF(acc);
         sum = PyNumber_InPlaceAdd(acc, r);
+        Py_DECREF(acc);
         if (sum == NULL)
             return -1;
         rv = PyFloat_AsDouble(r);
         if (rv == -1.0 && PyErr_Occurred()) {
-            Py_DECREF(sum);
-            return -1;
+            PyErr_Clear();
+            rv = NAN;
         }
     }
     if (sum == NULL)
         return -1;
     if (!isfinite(rv))
         *finite = 0;
-    PyList_SetItem(ep_ret, i, sum);
-    Py_INCREF(r);
-    PyList_SetItem(rew, i, r);
-    return 0;
+    if (check_index(lists, 1, i) < 0) {
+        Py_DECREF(sum);
+        return -1;
+    }
+    return PyList_SetItem(ep_ret, i, sum);
 }
 
 static int
@@ -163,6 +231,61 @@ set_true(PyObject *list, Py_ssize_t i)
     return PyList_SetItem(list, i, Py_True);
 }
 
+/* step sub-env i: call, unpack, write obs/reward/flags; 1: stepped, 0: the step failed
+ * (the exception is in `failed`), -1: error */
+static int
+step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *fit, int fast,
+         Py_ssize_t i, PyObject *ended, PyObject *failed, int *finite)
+{
+    PyObject *fns = lists[0], *actions = lists[1], *rew = lists[2], *term = lists[3],
+             *trunc = lists[4], *ep_ret = lists[5];
+    if (check_index(lists, 2, i) < 0)
+        return -1;
+    PyObject *fn = PyList_GET_ITEM(fns, i), *action = PyList_GET_ITEM(actions, i);
+    Py_INCREF(fn);
+    Py_INCREF(action);
+    PyObject *res = PyObject_CallOneArg(fn, action);
+    Py_DECREF(fn);
+    Py_DECREF(action);
+    PyObject *items[5];
+    int rc = -1;
+    if (res != NULL) {
+        rc = unpack5(res, items);
+        Py_DECREF(res);
+    }
+    if (rc < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception) || append_failure(failed, i) < 0)
+            return -1;
+        return 0;
+    }
+    Py_ssize_t d = out->shape[1];
+    float *row = (float *)out->buf + i * d;
+    if (!(fast && copy_row(items[0], row, d, out, finite)))
+        rc = fit_row(fit, nxt, i, items[0], row, d, finite);
+    if (rc == 0)
+        rc = add_reward(ep_ret, rew, i, items[1], finite);
+    int te = rc < 0 ? -1 : PyObject_IsTrue(items[2]);
+    int tr = te < 0 ? -1 : PyObject_IsTrue(items[3]);
+    for (int k = 0; k < 5; k++)
+        Py_DECREF(items[k]);
+    if (tr < 0)
+        return -1;
+    if (te || tr) {
+        PyObject *const flags[] = {term, trunc};
+        if (check_index(flags, 2, i) < 0)
+            return -1;
+        if ((te && set_true(term, i) < 0) || (tr && set_true(trunc, i) < 0))
+            return -1;
+        PyObject *idx = PyLong_FromSsize_t(i);
+        if (idx == NULL || PyList_Append(ended, idx) < 0) {
+            Py_XDECREF(idx);
+            return -1;
+        }
+        Py_DECREF(idx);
+    }
+    return 1;
+}
+
 static PyObject *
 step_envs(PyObject *self, PyObject *args)
 {
@@ -188,49 +311,15 @@ step_envs(PyObject *self, PyObject *args)
                         "step_envs: nxt must be a C-contiguous float32 array of shape (envs, dim)");
         return NULL;
     }
-    Py_ssize_t d = out.shape[1];
-    float *base = (float *)out.buf;
+    PyObject *const lists[] = {fns, actions, rew, term, trunc, ep_ret};
     int finite = 1;
     PyObject *ended = PyList_New(0);
     PyObject *failed = PyList_New(0);
     if (ended == NULL || failed == NULL)
         goto error;
-    for (Py_ssize_t i = 0; i < e; i++) {
-        PyObject *items[5];
-        PyObject *res = PyObject_CallOneArg(PyList_GET_ITEM(fns, i), PyList_GET_ITEM(actions, i));
-        int rc = -1;
-        if (res != NULL) {
-            rc = unpack5(res, items);
-            Py_DECREF(res);
-        }
-        if (rc < 0) {
-            if (!PyErr_ExceptionMatches(PyExc_Exception) || append_failure(failed, i) < 0)
-                goto error;
-            continue;
-        }
-        float *row = base + i * d;
-        int te = PyObject_IsTrue(items[2]);
-        int tr = te < 0 ? -1 : PyObject_IsTrue(items[3]);
-        rc = tr < 0 ? -1 : 0;
-        if (rc == 0 && !(fast && copy_row(items[0], row, d, &finite)))
-            rc = fit_row(fit, nxt, i, items[0], row, d, &finite);
-        if (rc == 0)
-            rc = add_reward(ep_ret, rew, i, items[1], &finite);
-        for (int k = 0; k < 5; k++)
-            Py_DECREF(items[k]);
-        if (rc < 0)
+    for (Py_ssize_t i = 0; i < e; i++)
+        if (step_one(lists, nxt, &out, fit, fast, i, ended, failed, &finite) < 0)
             goto error;
-        if (te || tr) {
-            if ((te && set_true(term, i) < 0) || (tr && set_true(trunc, i) < 0))
-                goto error;
-            PyObject *idx = PyLong_FromSsize_t(i);
-            if (idx == NULL || PyList_Append(ended, idx) < 0) {
-                Py_XDECREF(idx);
-                goto error;
-            }
-            Py_DECREF(idx);
-        }
-    }
     PyBuffer_Release(&out);
     return Py_BuildValue("(NNO)", ended, failed, finite ? Py_True : Py_False);
 error:

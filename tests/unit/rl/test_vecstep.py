@@ -120,6 +120,68 @@ def test_exceptions_from_step_or_unpack_are_collected_and_others_skip_on():
     assert r["rew"] == [0.0, 0.0, 1.0, 0.0, 0.0] and r["ep_ret"] == [0.0, 0.0, 1.0, 0.0, 0.0]
 
 
+def test_unpacking_reads_like_python_and_no_further():
+    taken = []
+
+    def endless():
+        while True:
+            taken.append(1)
+            yield np.ones(3)
+
+    r = _call([Scripted(endless()), Scripted(7)])
+    failed = dict(r["failed"])
+    assert str(failed[0]) == "too many values to unpack (expected 5)" and len(taken) == 6
+    assert str(failed[1]) == "cannot unpack non-iterable int object"
+
+
+def test_buffers_without_strides_and_views_of_the_rows_being_written():
+    import ctypes
+
+    row = (ctypes.c_double * 3)(0.5, 1.5, 2.5)  # exports no strides: contiguous
+    r = _call([Scripted((row, 1.0, False, False, {}))])
+    np.testing.assert_array_equal(r["nxt"], [[0.5, 1.5, 2.5]])
+    nxt = np.arange(6, dtype=np.float32).reshape(2, 3)
+    nxt[0] = 1
+    expected = nxt.copy()
+    expected[1] = nxt.reshape(-1)[2:5]  # numpy's assignment copes with the overlap
+    _call([Scripted((nxt[0].copy(), 1.0, False, False, {})),
+           Scripted((nxt.reshape(-1)[2:5], 1.0, False, False, {}))], nxt=nxt)
+    np.testing.assert_array_equal(nxt, expected)
+
+
+def test_side_effects_come_in_the_python_loops_order():
+    """Observation, then reward, then the done flags: an ambiguous `terminated` raises
+    after the row and the return were written, as `if te or tr` does in Python."""
+    ep_ret = [1.0]
+    nxt = np.zeros((1, 3), np.float32)
+    with pytest.raises(ValueError, match="truth value"):
+        _call([Scripted((np.ones(3), 2.0, np.array([True, False]), False, {}))], nxt=nxt, ep_ret=ep_ret)
+    assert ep_ret == [3.0] and nxt.tolist() == [[1.0, 1.0, 1.0]]
+
+
+def test_a_reward_that_is_no_float_steps_every_env_and_clears_finite():
+    """The Python loop raises only in its finiteness check after every env stepped; the C
+    step flags it for the same exact check instead of raising at that env."""
+    r = _call([Scripted((np.ones(3), np.array([1.0, 2.0]), False, False, {})),
+               Scripted((np.ones(3), 1.0, True, False, {}))])
+    assert r["finite"] is False and r["ended"] == [1] and r["ep_ret"][1] == 1.0
+
+
+def test_lists_changed_by_the_env_raise_index_error_not_crash():
+    ep_ret = [0.0, 0.0]
+    fns = []
+
+    def shrink(action):
+        ep_ret.clear()
+        fns.clear()
+        return np.ones(3), 1.0, False, False, {}
+
+    fns[:] = [shrink, shrink]
+    with pytest.raises(IndexError):
+        _step_envs()(fns, [0, 1], np.zeros((2, 3), np.float32), [0.0, 0.0], [False] * 2, [False] * 2,
+                     ep_ret, None, True)
+
+
 def test_base_exceptions_propagate():
     with pytest.raises(KeyboardInterrupt):
         _call([Scripted((np.ones(3), 1.0, False, False, {})), Scripted(KeyboardInterrupt())])
@@ -166,16 +228,30 @@ def test_no_reference_is_leaked():
     def bad(action):
         raise fail("x")
 
+    def unfit(action):
+        return np.ones(5), reward, False, False, info
+
+    def ambiguous(action):
+        return obs, reward, np.array([True, True]), False, info
+
+    def short(action):
+        return [obs, reward, True, info]
+
     def rounds(n):
         for _ in range(n):
             _call([ok, bad, ok])
+            for fn in (unfit, ambiguous):
+                with pytest.raises(ValueError):
+                    _call([ok, fn])
+            _call([short, ok])
 
     rounds(100)
     gc.collect()
-    before = [sys.getrefcount(x) for x in (obs, info, reward, fail, True, ok, bad)]
-    rounds(2000)
+    watched = (obs, info, reward, fail, True, ok, bad, unfit, ambiguous, short)
+    before = [sys.getrefcount(x) for x in watched]
+    rounds(1000)
     gc.collect()
-    assert [sys.getrefcount(x) for x in (obs, info, reward, fail, True, ok, bad)] == before
+    assert [sys.getrefcount(x) for x in watched] == before
 
 
 def _runner(env: str, env_config: dict, envs: int, frag: int, restart: bool = True) -> EnvRunner:
