@@ -68,7 +68,6 @@ _EPISODE_ID_STRIDE = 1 << 40
 _sq_sum = np.vdot
 
 
-
 def _native_step() -> Any:
     """`ftrl.rl._vecstep.step_envs`, the vector step in C (built by `pip install` where a C
     compiler is found), or None: the pure-Python loop in `_steps`, which does the same.
