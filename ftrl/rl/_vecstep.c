@@ -101,31 +101,26 @@ copy_row(PyObject *obs, float *row, Py_ssize_t d, const Py_buffer *out, int *fin
         return 0;
     }
     char kind = native_float(v.format);
-    Py_ssize_t n = v.shape != NULL ? (v.ndim == 1 ? v.shape[0] : -1) : v.len / (v.itemsize ? v.itemsize : 1);
-    int ok = kind != 0 && v.ndim == 1 && n == d && v.itemsize == (kind == 'd' ? 8 : 4);
-    if (ok) {
-        Py_ssize_t s = v.strides != NULL ? v.strides[0] : v.itemsize;
-        const char *p = (const char *)v.buf;
+    int ok = kind != 0 && v.ndim == 1 && v.itemsize == (kind == 'd' ? 8 : 4)
+             && (v.shape != NULL ? v.shape[0] : v.len / v.itemsize) == d;
+    Py_ssize_t s = v.strides != NULL ? v.strides[0] : v.itemsize;  /* no strides: contiguous */
+    const char *p = (const char *)v.buf;
+    if (ok && d > 0) {  /* a view of the rows being written: numpy's assignment handles it */
         const char *lo = s >= 0 ? p : p + (d - 1) * s;
         const char *hi = (s >= 0 ? p + (d - 1) * s : p) + v.itemsize;
         const char *olo = (const char *)out->buf;
-        if (d > 0 && lo < olo + out->len && olo < hi)
-            ok = 0;  /* a view of the rows being written: numpy's assignment handles it */
+        ok = !(lo < olo + out->len && olo < hi);
     }
-    if (ok) {
-        Py_ssize_t s = v.strides != NULL ? v.strides[0] : v.itemsize;
-        const char *p = (const char *)v.buf;
-        for (Py_ssize_t j = 0; j < d; j++) {
-            if (kind == 'd') {
-                double x;
-                memcpy(&x, p + j * s, sizeof x);
-                row[j] = (float)x;
-            } else {
-                memcpy(&row[j], p + j * s, sizeof(float));
-            }
-            if (!isfinite(row[j]))
-                *finite = 0;
+    for (Py_ssize_t j = 0; ok && j < d; j++) {
+        if (kind == 'd') {
+            double x;
+            memcpy(&x, p + j * s, sizeof x);
+            row[j] = (float)x;
+        } else {
+            memcpy(&row[j], p + j * s, sizeof(float));
         }
+        if (!isfinite(row[j]))
+            *finite = 0;
     }
     PyBuffer_Release(&v);
     return ok;

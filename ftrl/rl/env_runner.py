@@ -424,7 +424,6 @@ class EnvRunner:
                     for i in envs:
                         ep_ret[i] += rew_l[i]
                     ended = [i for i in envs if term_l[i] or trunc_l[i]]
-                    finite = isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))
                 elif native is not None:  # the loop below, in C (ftrl/rl/_vecstep.c)
                     ended, raised, finite = native(step_fns, env_actions, nxt, rew_l, term_l, trunc_l,
                                                    ep_ret, fit, fast)
@@ -454,6 +453,7 @@ class EnvRunner:
                             if tr:
                                 trunc_l[i] = True
                             ended.append(i)
+                if remote or native is None:  # (the C step checks as it copies)
                     # one reduction each; a non-finite sum sends us to the exact check
                     finite = isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))
                 if not finite:

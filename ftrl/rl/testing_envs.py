@@ -111,12 +111,13 @@ def make_slow_env(config: dict) -> gym.Env:
 
 
 class HangEnv(gym.Wrapper):
-    """CartPole whose `hang_after`-th step call hangs for `hang_s` seconds (see module doc)."""
+    """CartPole whose `hang_after`-th step call hangs for `hang_s` seconds (see module doc),
+    or with mode="segfault" crashes its process there (inside the runner's vector step)."""
 
     def __init__(self, env: gym.Env, hang_after: int = 20, mode: str = "sleep", hang_s: float = 3600.0,
                  marker: str = ""):
         super().__init__(env)
-        if mode not in ("sleep", "spin"):
+        if mode not in ("sleep", "spin", "segfault"):
             raise ValueError(f"unknown mode {mode!r}")
         self.hang_after, self.mode, self.hang_s, self.marker = int(hang_after), mode, float(hang_s), marker
         self.calls = 0
@@ -144,6 +145,8 @@ def _claim(marker: str) -> bool:
 
 
 def _hang(mode: str, hang_s: float) -> None:
+    if mode == "segfault":
+        ctypes.string_at(0)
     if mode == "sleep":
         time.sleep(hang_s)
         return

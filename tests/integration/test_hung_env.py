@@ -1,6 +1,6 @@
 """An env whose `step` (or whose constructor) hangs inside a runner actor: the runner's
 watchdog kills the process after `env_step_timeout_s`, the worker restarts it in place,
-and training goes on."""
+and training goes on. One that crashes its runner mid-step is restarted the same way."""
 
 from __future__ import annotations
 
@@ -73,6 +73,37 @@ def test_hung_env_step_kills_and_restarts_the_runner(make_cluster, tmp_path, mod
         algo.stop()
     logs = "".join(p.read_text(errors="replace") for p in cluster.state_dir.rglob("*.log"))
     assert "event=WATCHDOG_KILL" in logs
+
+
+def test_a_sub_env_that_segfaults_mid_step_kills_only_its_runner(make_cluster, tmp_path):
+    """The crash comes inside the runner's vector step (the C loop where it is built, as
+    here): the worker sees the process die by SIGSEGV, restarts it in place, and the
+    group gets it back while training goes on."""
+    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    client = cluster.client()
+    marker = tmp_path / "crashed-once"
+    seq = event_seq(client)
+    algo = _config("segfault", str(marker)).build(client=client, output_dir=tmp_path / "out", job_name=JOB)
+    try:
+        before = _runners(client)
+        t0 = time.monotonic()
+        while not marker.exists() and time.monotonic() - t0 < 20:
+            algo.train()
+        assert marker.exists(), "no env crashed"
+        wait_until(lambda: marker.read_text().strip(), timeout=5, what="the marker's pid")
+        victim = next(name for name, a in before.items() if a["pid"] == int(marker.read_text()))
+        died = wait_event(client, seq, lambda e: e["type"] == "DIED" and e["actor"] == victim,
+                          prefix=JOB, timeout=30)
+        assert "SIGSEGV" in died["message"], died
+        healthy = wait_until(lambda: (r := algo.train())["num_healthy_env_runners"] == 2 and r, timeout=30,
+                             what="both runners healthy again")
+        last = algo.train()
+        assert last["env_steps_sampled"] > healthy["env_steps_sampled"]
+        after = _runners(client)[victim]
+        assert after["state"] == "ALIVE" and after["restarts"] >= 1
+        assert after["incarnation"] > before[victim]["incarnation"]
+    finally:
+        algo.stop()
 
 
 def test_hung_env_constructor_kills_and_restarts_the_runner(make_cluster, tmp_path):
