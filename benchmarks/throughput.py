@@ -138,6 +138,7 @@ def in_process(envs: int, fragment: int, seconds: float) -> dict:
         r.append(runner_rate(seconds / chunks))
     runner.stop()
     return {
+        "step_loop": runner.step_loop,  # "c" (ftrl/rl/_vecstep.c) or "python"
         "plain_loop_steps_per_s": round(statistics.median(p)),
         "plain_loop_steps_per_s_best": round(max(p)),
         "in_process_runner_steps_per_s": round(statistics.median(r)),
@@ -159,6 +160,7 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
     for h in handles:
         h.call("set_weights", 0, weights)
         h.call("sample")  # warm up
+    step_loop = handles[0].call("get_metrics")["step_loop"]
 
     def pipelined_over(submits: list, sec: float) -> float:
         """Each runner's next request as soon as it answers (`submits`: one callable per
@@ -233,6 +235,7 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
     parallel_med = statistics.median(pp)
     return {
         "runners": n,
+        "step_loop": step_loop,
         "plain_loop_steps_per_s": round(plain_med),
         "pipelined_steps_per_s": round(statistics.median(a)),
         "sync_rounds_steps_per_s": round(statistics.median(b)),

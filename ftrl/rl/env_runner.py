@@ -46,6 +46,7 @@ watchdog then waits at least `2 * sample_timeout_s + 10` s.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -61,6 +62,8 @@ from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 from ftrl.rl.sub_env import SubEnvError, make_sub_env
 from ftrl.util.watchdog import ProgressWatchdog
 from ftrl.wire.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _EPISODE_ID_STRIDE = 1 << 40
 #: x.x of an observation row or batch: NaN/inf (or a huge value) makes it non-finite; the
@@ -192,6 +195,8 @@ class EnvRunner:
         self.env_steps_total = 0
         self.episodes_total = 0
         self.num_samples = 0
+        log.info("env runner %d: %d sub-env%s of %s, step loop: %s", self.worker_index, self.num_envs,
+                 "" if self.num_envs == 1 else "s", self.env_id, self.step_loop)
 
     # ------------------------------------------------------------------ env lifecycle
 
@@ -810,10 +815,19 @@ class EnvRunner:
             "time": time.time(),
         }
 
+    @property
+    def step_loop(self) -> str:
+        """What steps the sub-envs: "c" (ftrl/rl/_vecstep.c), "python" (not built, or
+        `FTRL_PURE_PYTHON=1`) or "sub-env processes" (`remote_worker_envs`)."""
+        if self.remote_envs:
+            return "sub-env processes"
+        return "python" if _step_envs is None else "c"
+
     def get_metrics(self) -> dict[str, Any]:
-        """Cumulative counters of this runner."""
+        """Cumulative counters of this runner, and which loop steps its sub-envs."""
         return {
             "worker_index": self.worker_index,
+            "step_loop": self.step_loop,
             "num_sub_env_restarts": self.num_sub_env_restarts,
             "env_steps_total": self.env_steps_total,
             "episodes_total": self.episodes_total,

@@ -345,3 +345,32 @@ def test_after_an_unexpected_error_mid_fragment_sampling_goes_on_from_the_failin
     with pytest.raises(ValueError, match="sub-env 0: step returned an observation that does not fit"):
         runner.sample()  # steps 4 and 5 are fine, step 6 is malformed
     np.testing.assert_array_equal(runner.sample()["batch"]["obs"][:, 0, 0], [5, 7, 8, 9])
+
+
+def test_the_runner_reports_the_loop_that_steps_its_envs(monkeypatch, caplog):
+    """`step_loop` (in get_metrics and the start-up log line) names the loop that really
+    ran: the C step is called on every vector step, or never."""
+    calls = []
+    native = env_runner._step_envs
+    if native is not None:
+        def counted(*args):
+            calls.append(1)
+            return native(*args)
+
+        monkeypatch.setattr(env_runner, "_step_envs", counted)
+    with caplog.at_level("INFO", logger="ftrl.rl.env_runner"):
+        runner = _runner(env="CartPole-v1", envs=3, frag=5)
+    runner.sample()
+    expected = "python" if native is None else "c"
+    assert len(calls) == (0 if native is None else 5)
+    assert runner.step_loop == runner.get_metrics()["step_loop"] == expected
+    assert f"3 sub-envs of CartPole-v1, step loop: {expected}" in caplog.text
+
+
+def test_sub_env_processes_are_reported_as_the_step_loop():
+    runner = _runner(env="CartPole-v1", envs=2, frag=2, remote_worker_envs=True)
+    try:
+        runner.sample()
+        assert runner.get_metrics()["step_loop"] == "sub-env processes"
+    finally:
+        runner.stop()
