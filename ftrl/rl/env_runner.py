@@ -261,8 +261,9 @@ class EnvRunner:
 
     def _fit_obs(self, out: np.ndarray, i: int, obs: Any, what: str) -> None:
         """Write `obs` into out[i] through the encoder, whose reshape refuses an observation
-        of the wrong size (a plain row assignment, the step loop's fast path, broadcasts a
-        1-element one): a ConfigError (a ValueError) naming the sub-env and the space."""
+        of the wrong size (a plain row assignment would broadcast a 1-element one, so the
+        step loops' fast paths take only rows of the right length): a ConfigError (a
+        ValueError) naming the sub-env and the space."""
         try:
             self.encoder.write(out, i, obs)
         except (ValueError, TypeError) as e:
@@ -443,10 +444,14 @@ class EnvRunner:
                             failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
                             failed[i].__cause__ = exc
                             continue
-                        if fast:
+                        if fast:  # a plain row assignment, but never a broadcast (as the C step)
                             try:
-                                nxt[i] = o
-                            except (ValueError, TypeError):  # the encoder's error names the sub-env
+                                direct_row = len(o) == d
+                                if direct_row:
+                                    nxt[i] = o
+                            except (ValueError, TypeError):  # a scalar, a wrong shape
+                                direct_row = False
+                            if not direct_row:  # the encoder's error names the sub-env
                                 fit(nxt, i, o, "step")
                         else:
                             fit(nxt, i, o, "step")
