@@ -256,76 +256,52 @@ def test_a_step_observation_of_the_wrong_size_is_refused_not_broadcast(remote):
         runner.stop()
 
 
-class _ShortObsLaterEnv:
-    """Box(3,) env whose step number `bad_at` returns `bad`: one element, a Python float or
-    a numpy scalar, each of which a plain row assignment would broadcast into the row."""
-
-    BAD = {"one_element": lambda: np.array([0.5], np.float32), "python_float": lambda: 0.5,
-           "numpy_scalar": lambda: np.float32(0.5)}
-
-    @staticmethod
-    def make(config: dict):
-        import gymnasium as gym
-
-        bad_at, bad = int(config["bad_at"]), _ShortObsLaterEnv.BAD[config["bad"]]
-
-        class Env(gym.Env):
-            observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-            action_space = gym.spaces.Discrete(2)
-
-            def reset(self, *, seed=None, options=None):
-                super().reset(seed=seed)
-                self.t = 0
-                return np.zeros(3, np.float32), {}
-
-            def step(self, action):
-                self.t += 1
-                return (bad() if self.t == bad_at else np.full(3, 0.25, np.float32)), 1.0, False, False, {}
-
-        return Env()
-
-
-make_short_obs_later_env = _ShortObsLaterEnv.make
-
-
-@pytest.mark.parametrize("bad", sorted(_ShortObsLaterEnv.BAD))
-def test_a_short_observation_mid_fragment_is_refused_on_both_loops(bad):
-    """Past a fragment's first step observations take the loop's fast path (a plain row
-    write): a 1-element observation must still be refused, not broadcast into the row."""
-    runner = _runner(env="tests.unit.rl.test_env_runner:make_short_obs_later_env",
-                     env_config={"bad_at": 3, "bad": bad}, envs=2, frag=5)
-    with pytest.raises(ConfigError, match=r"sub-env 0: step returned an observation that does not fit.*\(3,\)"):
-        runner.sample()
-
-
 class _WrongShapeAtEnv:
-    """Counter env (obs = step count) whose step number `bad_at` returns an observation
-    of the wrong shape: the runner fails with a ValueError, not a sub-env error."""
+    """Counter env (obs = step count in each of `size` elements, Box((size,))) whose step
+    number `bad_at` returns an observation of the wrong shape, as `bad` says: two
+    elements (the default), or one element, a Python float or a numpy scalar, each of which
+    a plain row assignment would broadcast into the row. The runner fails with a
+    ValueError, not a sub-env error."""
+
+    BAD = {"two_elements": lambda: np.array([1.0, 2.0], np.float32),
+           "one_element": lambda: np.array([0.5], np.float32),
+           "python_float": lambda: 0.5, "numpy_scalar": lambda: np.float32(0.5)}
 
     @staticmethod
     def make(config: dict):
         import gymnasium as gym
 
-        bad_at = int(config["bad_at"])
+        bad_at, size = int(config["bad_at"]), int(config.get("size", 1))
+        bad = _WrongShapeAtEnv.BAD[config.get("bad", "two_elements")]
 
         class Env(gym.Env):
-            observation_space = gym.spaces.Box(0.0, np.inf, (1,), np.float32)
+            observation_space = gym.spaces.Box(0.0, np.inf, (size,), np.float32)
             action_space = gym.spaces.Discrete(2)
 
             def reset(self, *, seed=None, options=None):
                 super().reset(seed=seed)
                 self.t = 0
-                return np.zeros(1, np.float32), {}
+                return np.zeros(size, np.float32), {}
 
             def step(self, action):
                 self.t += 1
-                obs = np.array([1.0, 2.0] if self.t == bad_at else [float(self.t)], np.float32)
+                obs = bad() if self.t == bad_at else np.full(size, float(self.t), np.float32)
                 return obs, 1.0, False, False, {}
 
         return Env()
 
 
 make_wrong_shape_at_env = _WrongShapeAtEnv.make
+
+
+@pytest.mark.parametrize("bad", ["one_element", "python_float", "numpy_scalar"])
+def test_a_short_observation_mid_fragment_is_refused_on_both_loops(bad):
+    """Past a fragment's first step observations take the loop's fast path (a plain row
+    write): a 1-element observation must still be refused, not broadcast into the row."""
+    runner = _runner(env="tests.unit.rl.test_env_runner:make_wrong_shape_at_env",
+                     env_config={"bad_at": 3, "bad": bad, "size": 3}, envs=2, frag=5)
+    with pytest.raises(ConfigError, match=r"sub-env 0: step returned an observation that does not fit.*\(3,\)"):
+        runner.sample()
 
 
 def test_remote_sub_envs_stay_in_step_after_a_malformed_observation():
