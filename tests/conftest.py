@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 
 # Coordinators started without a token on loopback keep one under FTRL_HOME; keep the
 # tests' out of the user's ~/.ftrl.
 os.environ.setdefault("FTRL_HOME", tempfile.mkdtemp(prefix="ftrl-test-home-"))
+
+# A shell without job control (`pytest ... &` in a script) starts its background commands
+# with SIGINT ignored, and the processes the tests start inherit that: the Ctrl-C tests
+# need Python's own handler here and (reset to the default by exec) in those processes.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
