@@ -3,7 +3,7 @@
 Inference runs on `ftrl.rl.policy` (numpy by default, so runner processes never import
 torch; `inference_backend="torch"` uses the torch module instead). The loop over the
 in-process sub-envs at each vector step runs in C (`ftrl/rl/_vecstep.c`, built by
-`pip install` where a C compiler is found; ~4% more steps/s on CartPole) or, without
+`pip install` where a C compiler is found; ~5% more steps/s on CartPole) or, without
 it or with `FTRL_PURE_PYTHON=1`, in Python: the same calls, fragments and errors.
 
 Created as an actor (`"ftrl.rl.env_runner:EnvRunner"`) or in-process. Constructor
