@@ -1,7 +1,7 @@
 /* One vector step over in-process sub-envs, the EnvRunner's hot loop below Python.
  *
- * step_envs(step_fns, actions, nxt, rew, term, trunc, ep_ret, fit, fast)
- *     -> (ended, failed, finite)
+ * step_envs(step_fns, actions, nxt, rew, term, trunc, ep_ret, fit, fast[, reset_fns])
+ *     -> (ended, failed, finite, resets)
  *
  * For each sub-env i: call step_fns[i](actions[i]) and unpack (obs, reward, terminated,
  * truncated, info). An Exception from the call or the unpack is not raised: it goes into
@@ -17,6 +17,16 @@
  * the reward propagate, after the same side effects as in the pure-Python loop in
  * ftrl/rl/env_runner.py, which does the same (one difference: a float64 observation
  * beyond float32's range becomes inf without numpy's RuntimeWarning; the row is flagged).
+ *
+ * Episode ends, in C too (the runner's other hot path: a CartPole fragment of 1,024 steps
+ * has ~46 of them): when `reset_fns` is given and a sub-env's step ended its episode by
+ * termination alone (no truncation: that one needs the final observation's value) with
+ * a finite row and reward, and reset_fns[i] is not None, the sub-env is reset at once:
+ * reset_fns[i]() is unpacked as (obs, info) and obs written into row i of `nxt` the same
+ * way (through fit(nxt, i, obs, "reset") unless fast). (i, outcome) is appended to
+ * `resets`: outcome None when the row holds the new episode's first observation, the
+ * exception when the call or the unpack raised one (an Exception, as for steps), False
+ * when the written row holds NaN or inf. Any other ended sub-env is left to the caller.
  * Python code called from here cannot crash it by changing the lists: IndexError.
  */
 #define PY_SSIZE_T_CLEAN
@@ -24,14 +34,14 @@
 #include <math.h>
 #include <string.h>
 
-/* items[0..4] = new references to the 5 values of res, unpacked as Python's
- * `o, r, te, tr, _ = res` does (any iterable, read no further than a 6th item), or -1
- * with Python's exception set */
+/* items[0..n-1] = new references to the n values of res, unpacked as Python's
+ * `o, r, te, tr, _ = res` (n = 5) or `o, _ = res` (n = 2) does (any iterable, read no
+ * further than item n + 1), or -1 with Python's exception set */
 static int
-unpack5(PyObject *res, PyObject **items)
+unpack_n(PyObject *res, PyObject **items, int want)
 {
-    if (PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 5) {
-        for (int k = 0; k < 5; k++) {
+    if (PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == want) {
+        for (int k = 0; k < want; k++) {
             items[k] = PyTuple_GET_ITEM(res, k);
             Py_INCREF(items[k]);
         }
@@ -47,22 +57,22 @@ unpack5(PyObject *res, PyObject **items)
         return -1;
     }
     int n = 0;
-    for (; n < 5; n++) {
+    for (; n < want; n++) {
         items[n] = PyIter_Next(it);
         if (items[n] == NULL)
             break;
     }
     PyObject *extra = NULL;
-    if (n == 5 && !PyErr_Occurred())
+    if (n == want && !PyErr_Occurred())
         extra = PyIter_Next(it);
     Py_DECREF(it);
-    if (n == 5 && extra == NULL && !PyErr_Occurred())
+    if (n == want && extra == NULL && !PyErr_Occurred())
         return 0;
     if (!PyErr_Occurred()) {
-        if (n < 5)
-            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 5, got %d)", n);
+        if (n < want)
+            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected %d, got %d)", want, n);
         else
-            PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 5)");
+            PyErr_Format(PyExc_ValueError, "too many values to unpack (expected %d)", want);
     }
     Py_XDECREF(extra);
     for (int k = 0; k < n; k++)
@@ -126,13 +136,13 @@ copy_row(PyObject *obs, float *row, Py_ssize_t d, const Py_buffer *out, int *fin
     return ok;
 }
 
-/* obs written through fit(nxt, i, obs, "step"); 0 or -1 with an exception set */
+/* obs written through fit(nxt, i, obs, what); 0 or -1 with an exception set */
 static int
 fit_row(PyObject *fit, PyObject *nxt, Py_ssize_t i, PyObject *obs, const float *row, Py_ssize_t d,
-        int *finite)
+        const char *what_s, int *finite)
 {
     PyObject *idx = PyLong_FromSsize_t(i);
-    PyObject *what = PyUnicode_FromString("step");
+    PyObject *what = PyUnicode_FromString(what_s);
     PyObject *x = NULL;
     if (idx != NULL && what != NULL)
         x = PyObject_CallFunctionObjArgs(fit, nxt, idx, obs, what, NULL);
@@ -201,6 +211,22 @@ add_reward(PyObject *ep_ret, PyObject *rew, Py_ssize_t i, PyObject *r, int *fini
     return PyList_SetItem(ep_ret, i, sum);
 }
 
+/* (i, outcome) appended to `list` (outcome: a new reference, or NULL for an error) */
+static int
+append_pair(PyObject *list, Py_ssize_t i, PyObject *outcome)
+{
+    if (outcome == NULL)
+        return -1;
+    PyObject *pair = Py_BuildValue("(nN)", i, outcome);
+    if (pair == NULL)
+        return -1;
+    int rc = PyList_Append(list, pair);
+    Py_DECREF(pair);
+    return rc;
+}
+
+/* (i, the exception being raised, with its traceback) appended to `failed`, the
+ * exception cleared */
 static int
 append_failure(PyObject *failed, Py_ssize_t i)
 {
@@ -211,12 +237,41 @@ append_failure(PyObject *failed, Py_ssize_t i)
         PyException_SetTraceback(exc, tb);
     Py_XDECREF(typ);
     Py_XDECREF(tb);
-    PyObject *pair = Py_BuildValue("(nN)", i, exc);
-    if (pair == NULL)
+    return append_pair(failed, i, exc);
+}
+
+/* sub-env i reset into its row by reset_fn() (see the top): (i, outcome) appended to
+ * `resets`; 0, or -1 with an exception set */
+static int
+reset_one(PyObject *reset_fn, PyObject *nxt, const Py_buffer *out, PyObject *fit, int fast,
+          Py_ssize_t i, PyObject *resets)
+{
+    Py_INCREF(reset_fn);
+    PyObject *res = PyObject_CallNoArgs(reset_fn);
+    Py_DECREF(reset_fn);
+    PyObject *items[2];
+    int rc = -1;
+    if (res != NULL) {
+        rc = unpack_n(res, items, 2);
+        Py_DECREF(res);
+    }
+    if (rc < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        return append_failure(resets, i);
+    }
+    Py_ssize_t d = out->shape[1];
+    float *row = (float *)out->buf + i * d;
+    int row_finite = 1;
+    if (!(fast && copy_row(items[0], row, d, out, &row_finite)))
+        rc = fit_row(fit, nxt, i, items[0], row, d, "reset", &row_finite);
+    Py_DECREF(items[0]);
+    Py_DECREF(items[1]);
+    if (rc < 0)
         return -1;
-    int rc = PyList_Append(failed, pair);
-    Py_DECREF(pair);
-    return rc;
+    PyObject *outcome = row_finite ? Py_None : Py_False;
+    Py_INCREF(outcome);
+    return append_pair(resets, i, outcome);
 }
 
 static int
@@ -226,11 +281,13 @@ set_true(PyObject *list, Py_ssize_t i)
     return PyList_SetItem(list, i, Py_True);
 }
 
-/* step sub-env i: call, unpack, write obs/reward/flags; 1: stepped, 0: the step failed
- * (the exception is in `failed`), -1: error */
+/* step sub-env i: call, unpack, write obs/reward/flags, reset it when its episode ended
+ * and reset_fns allow (see the top); 1: stepped, 0: the step failed (the exception is in
+ * `failed`), -1: error */
 static int
 step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *fit, int fast,
-         Py_ssize_t i, PyObject *ended, PyObject *failed, int *finite)
+         PyObject *reset_fns, Py_ssize_t i, PyObject *ended, PyObject *failed, PyObject *resets,
+         int *finite)
 {
     PyObject *fns = lists[0], *actions = lists[1], *rew = lists[2], *term = lists[3],
              *trunc = lists[4], *ep_ret = lists[5];
@@ -245,7 +302,7 @@ step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *
     PyObject *items[5];
     int rc = -1;
     if (res != NULL) {
-        rc = unpack5(res, items);
+        rc = unpack_n(res, items, 5);
         Py_DECREF(res);
     }
     if (rc < 0) {
@@ -255,10 +312,13 @@ step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *
     }
     Py_ssize_t d = out->shape[1];
     float *row = (float *)out->buf + i * d;
-    if (!(fast && copy_row(items[0], row, d, out, finite)))
-        rc = fit_row(fit, nxt, i, items[0], row, d, finite);
+    int row_finite = 1;
+    if (!(fast && copy_row(items[0], row, d, out, &row_finite)))
+        rc = fit_row(fit, nxt, i, items[0], row, d, "step", &row_finite);
     if (rc == 0)
-        rc = add_reward(ep_ret, rew, i, items[1], finite);
+        rc = add_reward(ep_ret, rew, i, items[1], &row_finite);
+    if (!row_finite)
+        *finite = 0;
     int te = rc < 0 ? -1 : PyObject_IsTrue(items[2]);
     int tr = te < 0 ? -1 : PyObject_IsTrue(items[3]);
     for (int k = 0; k < 5; k++)
@@ -277,6 +337,15 @@ step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *
             return -1;
         }
         Py_DECREF(idx);
+        if (te && !tr && row_finite && reset_fns != NULL) {
+            if (i >= PyList_GET_SIZE(reset_fns)) {
+                PyErr_SetString(PyExc_IndexError, "list index out of range");
+                return -1;
+            }
+            PyObject *reset_fn = PyList_GET_ITEM(reset_fns, i);
+            if (reset_fn != Py_None && reset_one(reset_fn, nxt, out, fit, fast, i, resets) < 0)
+                return -1;
+        }
     }
     return 1;
 }
@@ -284,12 +353,16 @@ step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *
 static PyObject *
 step_envs(PyObject *self, PyObject *args)
 {
-    PyObject *fns, *actions, *nxt, *rew, *term, *trunc, *ep_ret, *fit;
+    PyObject *fns, *actions, *nxt, *rew, *term, *trunc, *ep_ret, *fit, *reset_fns = Py_None;
     int fast;
-    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!Op:step_envs", &PyList_Type, &fns, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!Op|O:step_envs", &PyList_Type, &fns, &PyList_Type,
                           &actions, &nxt, &PyList_Type, &rew, &PyList_Type, &term, &PyList_Type,
-                          &trunc, &PyList_Type, &ep_ret, &fit, &fast))
+                          &trunc, &PyList_Type, &ep_ret, &fit, &fast, &reset_fns))
         return NULL;
+    if (reset_fns != Py_None && !PyList_Check(reset_fns)) {
+        PyErr_SetString(PyExc_TypeError, "step_envs: reset_fns must be a list or None");
+        return NULL;
+    }
     Py_ssize_t e = PyList_GET_SIZE(fns);
     if (PyList_GET_SIZE(actions) != e || PyList_GET_SIZE(rew) != e || PyList_GET_SIZE(term) != e
         || PyList_GET_SIZE(trunc) != e || PyList_GET_SIZE(ep_ret) != e) {
@@ -310,17 +383,20 @@ step_envs(PyObject *self, PyObject *args)
     int finite = 1;
     PyObject *ended = PyList_New(0);
     PyObject *failed = PyList_New(0);
-    if (ended == NULL || failed == NULL)
+    PyObject *resets = PyList_New(0);
+    PyObject *rfns = reset_fns == Py_None ? NULL : reset_fns;
+    if (ended == NULL || failed == NULL || resets == NULL)
         goto error;
     for (Py_ssize_t i = 0; i < e; i++)
-        if (step_one(lists, nxt, &out, fit, fast, i, ended, failed, &finite) < 0)
+        if (step_one(lists, nxt, &out, fit, fast, rfns, i, ended, failed, resets, &finite) < 0)
             goto error;
     PyBuffer_Release(&out);
-    return Py_BuildValue("(NNO)", ended, failed, finite ? Py_True : Py_False);
+    return Py_BuildValue("(NNON)", ended, failed, finite ? Py_True : Py_False, resets);
 error:
     PyBuffer_Release(&out);
     Py_XDECREF(ended);
     Py_XDECREF(failed);
+    Py_XDECREF(resets);
     return NULL;
 }
 

@@ -2,9 +2,10 @@
 
 Inference runs on `ftrl.rl.policy` (numpy by default, so runner processes never import
 torch; `inference_backend="torch"` uses the torch module instead). The loop over the
-in-process sub-envs at each vector step runs in C (`ftrl/rl/_vecstep.c`, built by
-`pip install` where a C compiler is found; ~5% more steps/s on CartPole) or, without
-it or with `FTRL_PURE_PYTHON=1`, in Python: the same calls, fragments and errors.
+in-process sub-envs at each vector step, with the reset of each sub-env whose episode
+terminated in it, runs in C (`ftrl/rl/_vecstep.c`, built by `pip install` where a C
+compiler is found; ~6% more steps/s on CartPole) or, without it or with
+`FTRL_PURE_PYTHON=1`, in Python: the same calls, fragments and errors.
 
 Created as an actor (`"ftrl.rl.env_runner:EnvRunner"`) or in-process. Constructor
 kwargs and every method's arguments and results are msgpack + numpy only.
@@ -59,13 +60,14 @@ from ftrl.config import AlgorithmConfig, config_class
 from ftrl.rl.filters import NoFilter, make_filter
 from ftrl.rl.policy import make_policy
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
-from ftrl.rl.sub_env import SubEnvError, make_sub_env
+from ftrl.rl.sub_env import SubEnvError, make_sub_env, reset_error
 from ftrl.util.watchdog import ProgressWatchdog
 from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 _EPISODE_ID_STRIDE = 1 << 40
+_NO_RESETS: dict[int, Any] = {}
 #: x.x of an observation row or batch: NaN/inf (or a huge value) makes it non-finite; the
 #: cheapest check for the hot loop (a non-finite result goes to the exact per-env check)
 _sq_sum = np.vdot
@@ -170,6 +172,9 @@ class EnvRunner:
         try:
             self.spec: SpaceSpec = self._build_and_check_envs(space_spec)
             self.encoder = ObsEncoder(self.spec)
+            # a 1-D Box observation: rows of the right length are assigned directly
+            self._row_obs = self.encoder.kind != "discrete" and len(self.spec.obs_shape) == 1
+            self._obs_dim = self.spec.obs_dim
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
             self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
         except BaseException:  # nothing left running: envs (and their processes), the watchdog
@@ -271,7 +276,19 @@ class EnvRunner:
                               f"observation space (shape {self.spec.obs_shape}): {e}") from e
 
     def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
-        self._fit_obs(out, i, obs, "reset")
+        """A reset's observation into out[i]: a plain row assignment when it is a row of the
+        right length (never a broadcast, as in the step loops), else through the encoder;
+        SubEnvError if it holds NaN or inf."""
+        direct = False
+        if self._row_obs:
+            try:
+                direct = len(obs) == self._obs_dim
+                if direct:
+                    out[i] = obs
+            except (ValueError, TypeError):  # a scalar, a ragged or wrong-shaped object
+                direct = False
+        if not direct:
+            self._fit_obs(out, i, obs, "reset")
         row = out[i]
         if not math.isfinite(_sq_sum(row, row)) and not np.isfinite(row).all():
             raise SubEnvError(i, "observation contains NaN or inf")
@@ -280,13 +297,18 @@ class EnvRunner:
         """Reset sub-env i into out[i], recreating it if it fails and restarts are on."""
         self._watchdog.stamp = time.monotonic()  # each (remote: bounded) reset is progress
         try:
-            self._write_obs(out, i, self._envs[i].reset(seed=self._env_seed(i)))
+            seed = None if self._seeded[i] else self._env_seed(i)
+            self._write_obs(out, i, self._envs[i].reset(seed=seed))
         except SubEnvError as e:
-            if not self.restart_sub_envs:
-                self._broken.add(i)
-                raise
-            self._restart_env(i, out, e)
+            self._reset_failed(i, out, e)
         self._new_episode(i)
+
+    def _reset_failed(self, i: int, out: np.ndarray, error: SubEnvError) -> None:
+        """Sub-env i's reset failed: recreate it (restarts on) or mark it broken and raise."""
+        if not self.restart_sub_envs:
+            self._broken.add(i)
+            raise error
+        self._restart_env(i, out, error)
 
     def _restart_env(self, i: int, out: np.ndarray, cause: SubEnvError) -> None:
         """Replace sub-env i with a fresh one and reset it into out[i]."""
@@ -360,7 +382,12 @@ class EnvRunner:
         vector step of a fragment, and the one after a sub-env restart, write observations
         through the encoder, which refuses a wrong shape; later steps assign rows directly.
         The loop over the sub-envs runs in C when it is built (`_step_envs`); the Python
-        loop beside it is the reference and does the same.
+        loop beside it is the reference and does the same. The C step also resets each
+        sub-env whose episode terminated cleanly (the common episode end, ~46 per CartPole
+        fragment: a reset through Python's calls cost as much again as the step), and
+        `_end_episodes` then only records the episode; truncations (bootstrapped from the
+        final observation), a sub-env owed its seeded first reset and failures go the
+        Python way. A reset is part of its vector step for the hung-env watchdog.
         """
         if self._needs_reset or self._broken:
             self._full_reset()
@@ -390,6 +417,8 @@ class EnvRunner:
         remote = self.remote_envs
         step_fns = self._step_fns()
         native = _step_envs
+        reset_fns = self._reset_fns() if native is not None else None
+        resets: list = []  # the C step's resets at episode ends: (sub-env, outcome)
         restarts_seen = self.num_sub_env_restarts
         ep_ret = self._ep_ret
         ep_ids = self._ep_ids
@@ -431,8 +460,8 @@ class EnvRunner:
                         ep_ret[i] += rew_l[i]
                     ended = [i for i in envs if term_l[i] or trunc_l[i]]
                 elif native is not None:  # the loop below, in C (ftrl/rl/_vecstep.c)
-                    ended, raised, finite = native(step_fns, env_actions, nxt, rew_l, term_l, trunc_l,
-                                                   ep_ret, fit, fast)
+                    ended, raised, finite, resets = native(step_fns, env_actions, nxt, rew_l, term_l,
+                                                           trunc_l, ep_ret, fit, fast, reset_fns)
                     for i, exc in raised:
                         failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
                         failed[i].__cause__ = exc
@@ -472,6 +501,7 @@ class EnvRunner:
                 if failed:
                     self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
                     step_fns = self._step_fns()
+                    reset_fns = self._reset_fns() if native is not None else None
                     restarts_seen = self.num_sub_env_restarts
                     fast = False
                     if record:
@@ -485,9 +515,10 @@ class EnvRunner:
                     if record:
                         b_term[t] = term_l
                         b_trunc[t] = trunc_l
-                    self._end_episodes(ended, failed, nxt, term_l, trunc_l, b_tval, t)
+                    self._end_episodes(ended, failed, nxt, term_l, trunc_l, b_tval, t, resets)
                     if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
                         step_fns = self._step_fns()
+                        reset_fns = self._reset_fns() if native is not None else None
                         restarts_seen = self.num_sub_env_restarts
                         fast = False
                 if not direct:
@@ -522,6 +553,15 @@ class EnvRunner:
         """The gymnasium `step` of each in-process sub-env, called directly in the hot
         loop (exceptions are turned into SubEnvError there)."""
         return [env.env.step for env in self._envs] if not self.remote_envs else []
+
+    def _reset_fns(self) -> list | None:
+        """The gymnasium `reset` of each in-process sub-env, for the C step's resets at
+        episode ends (None for a sub-env still owed its seeded first reset, which
+        `_reset_env` does; no list for sub-env processes)."""
+        if self.remote_envs:
+            return None
+        seeded = self._seeded if self._seed is not None else [True] * self.num_envs
+        return [env.env.reset if seeded[i] else None for i, env in enumerate(self._envs)]
 
     def _step_remote(
         self,
@@ -600,22 +640,34 @@ class EnvRunner:
         trunc: list,
         b_tval: np.ndarray | None,
         t: int,
+        resets: list | None = None,
     ) -> None:
         """Finish the episodes of sub-envs `idx` at step `t` (bootstrap values of truncated
-        ones into `b_tval[t]` when recording) and reset them into `nxt`."""
-        boot = [i for i in idx if trunc[i] and not term[i] and i not in failed]
-        if boot and b_tval is not None:
-            finals = self.filter(nxt[boot], update=False)
-            b_tval[t, boot] = self._values(finals)
+        ones into `b_tval[t]` when recording) and reset them into `nxt`, except those the C
+        step reset already (`resets`: (sub-env, outcome), see ftrl/rl/_vecstep.c)."""
+        if b_tval is not None and True in trunc:  # (only ended or failed sub-envs are flagged)
+            boot = [i for i in idx if trunc[i] and not term[i] and i not in failed]
+            if boot:
+                finals = self.filter(nxt[boot], update=False)
+                b_tval[t, boot] = self._values(finals)
         vec_steps, ep_ret, ep_start = self._vec_steps, self._ep_ret, self._ep_start
+        returns, lengths, reset = self._done_returns, self._done_lengths, self._reset_env
+        done = dict(resets) if resets else _NO_RESETS
         for i in idx:
-            if i not in failed:
-                self._done_returns.append(float(ep_ret[i]))
-                self._done_lengths.append(vec_steps - ep_start[i])
-                self.episodes_total += 1
-                self._reset_env(i, nxt)
-            else:
+            if failed and i in failed:
                 self._new_episode(i)
+                continue
+            returns.append(float(ep_ret[i]))
+            lengths.append(vec_steps - ep_start[i])
+            self.episodes_total += 1
+            if i not in done:
+                reset(i, nxt)
+                continue
+            outcome = done[i]
+            if outcome is not None:  # as `_reset_env` would have failed
+                self._reset_failed(i, nxt, reset_error(i, outcome) if outcome is not False
+                                   else SubEnvError(i, "observation contains NaN or inf"))
+            self._new_episode(i)
 
     def _take_episodes(self) -> dict[str, np.ndarray]:
         out = {

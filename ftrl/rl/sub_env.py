@@ -46,6 +46,13 @@ class SubEnvError(RuntimeError):
         self.remote_traceback = remote_traceback
 
 
+def reset_error(index: int, error: BaseException) -> SubEnvError:
+    """The SubEnvError of sub-env `index` whose reset raised `error` (its cause)."""
+    err = SubEnvError(index, f"reset raised {type(error).__name__}: {error}")
+    err.__cause__ = error
+    return err
+
+
 class LocalSubEnv:
     """A sub-env living in the runner's own process."""
 
@@ -65,7 +72,7 @@ class LocalSubEnv:
         try:
             obs, _ = self.env.reset(seed=seed)
         except Exception as e:
-            raise SubEnvError(self.index, f"reset raised {type(e).__name__}: {e}") from e
+            raise reset_error(self.index, e) from e
         return obs
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool]:

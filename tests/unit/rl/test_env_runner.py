@@ -171,6 +171,23 @@ def test_failing_reset_is_restarted():
     assert len(out["episodes"]["returns"]) >= 2
 
 
+@pytest.mark.parametrize("mode, match", [("raise", "reset raised RuntimeError: flaky env failed"),
+                                         ("nan_obs", "observation contains NaN or inf")])
+def test_a_reset_failing_when_an_episode_terminates(mode, match):
+    """CartPole episodes end by termination, the resets the C step does itself: a failure
+    there is the same error (restarts off) or the same restart as a failure of any other
+    reset."""
+    config = {"fail_every": 3, "fail_in": "reset", "mode": mode}
+    runner = _runner(env=FLAKY, env_config=config, envs=2, frag=200)
+    with pytest.raises(SubEnvError, match="sub-environment [01]: " + match):
+        runner.sample()
+    runner = _runner(env=FLAKY, env_config=config, envs=2, frag=200, restart=True)
+    out = runner.sample()
+    assert runner.num_sub_env_restarts >= 2 and out["sub_env_restarts"] == runner.num_sub_env_restarts
+    assert out["batch"]["valid"].all() and np.isfinite(out["batch"]["obs"]).all()
+    assert len(out["episodes"]["returns"]) >= 6 and (out["episodes"]["lengths"] < 200).all()
+
+
 @pytest.mark.parametrize(
     "env, match",
     [

@@ -51,7 +51,7 @@ class Scripted:
         return out
 
 
-def _call(fns, nxt=None, fast=True, ep_ret=None, fit=None):
+def _call(fns, nxt=None, fast=True, ep_ret=None, fit=None, reset_fns=None):
     e = len(fns)
     nxt = np.zeros((e, 3), np.float32) if nxt is None else nxt
     rew, term, trunc = [0.0] * e, [False] * e, [False] * e
@@ -62,10 +62,10 @@ def _call(fns, nxt=None, fast=True, ep_ret=None, fit=None):
         fits.append((i, what))
         out[i] = np.asarray(obs, np.float32).reshape(3)
 
-    ended, failed, finite = _step_envs()(fns, list(range(e)), nxt, rew, term, trunc, ep_ret,
-                                         fit or default_fit, fast)
+    ended, failed, finite, resets = _step_envs()(fns, list(range(e)), nxt, rew, term, trunc, ep_ret,
+                                                 fit or default_fit, fast, reset_fns)
     return {"nxt": nxt, "rew": rew, "term": term, "trunc": trunc, "ep_ret": ep_ret, "ended": ended,
-            "failed": failed, "finite": finite, "fits": fits}
+            "failed": failed, "finite": finite, "fits": fits, "resets": resets}
 
 
 def test_writes_rows_rewards_flags_and_ended_in_order():
@@ -216,6 +216,78 @@ def test_bad_arguments_are_refused():
         _step_envs()(fn, [0, 1], np.zeros((1, 3), np.float32), [0.0], [False], [False], [0.0], None, True)
 
 
+class Resets:
+    """A reset function returning what it is given, in order (and counting its calls)."""
+
+    def __init__(self, *results):
+        self.results = list(results)
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        out = self.results.pop(0)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+
+def test_an_episode_ended_by_termination_is_reset_in_the_step():
+    """Only a clean termination is reset in C: a truncation (its final observation is
+    bootstrapped), a non-finite row or reward, or a sub-env without a reset function is
+    left to the runner, and the row keeps the step's observation."""
+    first = np.array([7.0, 8.0, 9.0])
+    step = np.array([1.0, 2.0, 3.0])
+    fns = [Scripted((step, 1.0, True, False, {})),  # reset here
+           Scripted((step, 1.0, False, True, {})),  # truncated
+           Scripted((step, 1.0, True, True, {})),  # both
+           Scripted((step, math.nan, True, False, {})),  # non-finite reward
+           Scripted((np.array([np.nan, 0, 0]), 1.0, True, False, {})),  # non-finite row
+           Scripted((step, 1.0, True, False, {})),  # no reset function
+           Scripted((step, 1.0, False, False, {}))]  # not ended
+    resets = [Resets((first, {})) for _ in fns]
+    r = _call(fns, reset_fns=[*resets[:5], None, resets[6]])
+    assert r["resets"] == [(0, None)] and [x.calls for x in resets] == [1, 0, 0, 0, 0, 0, 0]
+    np.testing.assert_array_equal(r["nxt"][0], first)
+    np.testing.assert_array_equal(r["nxt"][1:4], [step] * 3)
+    np.testing.assert_array_equal(r["nxt"][5:], [step] * 2)
+    assert r["ended"] == [0, 1, 2, 3, 4, 5] and r["finite"] is False
+    assert r["ep_ret"][0] == 1.0 and r["term"][0] is True  # the step's side effects stand
+    none = _call([Scripted((step, 1.0, True, False, {}))])  # no reset_fns: the old step
+    assert none["resets"] == [] and none["nxt"][0].tolist() == step.tolist()
+
+
+def test_a_reset_that_fails_is_reported_not_raised():
+    boom = RuntimeError("reset boom")
+    fns = [Scripted((np.ones(3), 1.0, True, False, {})) for _ in range(5)]
+    resets = [Resets(boom), Resets(np.ones(3)),  # no (obs, info) pair
+              Resets((np.array([0.0, np.inf, 0.0]), {})),  # non-finite first observation
+              Resets(([4.0, 5.0, 6.0], {})),  # a list: through fit, as "reset"
+              Resets((np.ones(3) * 2, {}))]
+    r = _call(fns, reset_fns=resets)
+    outcome = dict(r["resets"])
+    assert outcome[0] is boom and boom.__traceback__ is not None
+    assert isinstance(outcome[1], ValueError) and str(outcome[1]) == "too many values to unpack (expected 2)"
+    assert outcome[2] is False and outcome[3] is None and outcome[4] is None
+    assert r["fits"] == [(3, "reset")] and r["finite"] is True and r["failed"] == []
+    np.testing.assert_array_equal(r["nxt"][3:], [[4.0, 5.0, 6.0], [2.0, 2.0, 2.0]])
+
+    def ends():
+        return Scripted((np.ones(3), 1.0, True, False, {}))
+
+    with pytest.raises(KeyboardInterrupt):  # as for steps
+        _call([ends()], reset_fns=[Resets(KeyboardInterrupt())])
+
+    def strict_fit(out, i, obs, what):
+        raise ValueError(f"sub-env {i}: {what} returned an observation that does not fit")
+
+    with pytest.raises(ValueError, match="sub-env 0: reset returned"):  # a fit error propagates
+        _call([ends()], reset_fns=[Resets((np.ones(4), {}))], fit=strict_fit)
+    with pytest.raises(TypeError, match="reset_fns"):
+        _call([ends()], reset_fns=(None,))
+    with pytest.raises(IndexError):
+        _call([ends(), ends()], reset_fns=[None])
+
+
 def test_no_reference_is_leaked():
     """Reference counts of everything a step touches come back to where they were (a
     fresh exception per failure: re-raising one object grows its traceback)."""
@@ -237,6 +309,14 @@ def test_no_reference_is_leaked():
     def short(action):
         return [obs, reward, True, info]
 
+    first = ((obs, info),)
+
+    def reset_ok():
+        return first[0]
+
+    def reset_bad():
+        raise fail("y")
+
     def rounds(n):
         for _ in range(n):
             _call([ok, bad, ok])
@@ -244,10 +324,11 @@ def test_no_reference_is_leaked():
                 with pytest.raises(ValueError):
                     _call([ok, fn])
             _call([short, ok])
+            _call([ok, ok, ok], reset_fns=[reset_ok, reset_bad, None])
 
     rounds(100)
     gc.collect()
-    watched = (obs, info, reward, fail, ok, bad, unfit, ambiguous, short)  # nothing else holds these
+    watched = (obs, info, reward, fail, ok, bad, unfit, ambiguous, short, reset_ok, reset_bad)  # nothing else holds these
     before, true_before = [sys.getrefcount(x) for x in watched], sys.getrefcount(True)
     rounds(1000)
     gc.collect()
@@ -285,10 +366,13 @@ def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 
     ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 29, "mode": "nan_obs"}),
     ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 31, "mode": "nan_reward"}),
     ("ftrl.rl.testing_envs:make_counter_env", {"episode_len": 7, "truncate": True}),
+    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 5, "fail_in": "reset"}),
+    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 4, "fail_in": "reset", "mode": "nan_obs"}),
 ])
 def test_the_c_and_python_loops_give_the_same_fragments(monkeypatch, env, env_config):
     """Same seeds, same envs: every array of every fragment, the episodes and the restart
-    counts are identical (sub-env failures, NaN observations and rewards, truncations)."""
+    counts are identical (sub-env failures in steps and in the resets the C step does at
+    episode ends, NaN observations and rewards, truncations)."""
     _step_envs()  # the extension is there (skips this test where it could not be built)
     c = _samples(monkeypatch, True, env, env_config)
     py = _samples(monkeypatch, False, env, env_config)
