@@ -53,6 +53,13 @@ def _positive(kind):
     return parse
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def _resources(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in filter(None, text.split(",")):
@@ -345,7 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbose(p)
     p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
     p.add_argument("--slots", type=_positive(int), help="CPU slots offered (default: CPU count)")
-    p.add_argument("--gpus", type=int, default=0)
+    p.add_argument("--gpus", type=_non_negative_int, default=0,
+                   help="GPUs offered; actors get their own CUDA_VISIBLE_DEVICES (taken from "
+                   "this worker's CUDA_VISIBLE_DEVICES when it has one)")
     p.add_argument("--resources", type=_resources, help="custom resources, e.g. sim=4,tpu=1")
     p.add_argument("--node-id", help="unique node id (default HOSTNAME-PID)")
     p.add_argument("--address", help="address this node's actors listen on and advertise")

@@ -40,6 +40,10 @@ class Counter:
         return {"name": ctx.name, "incarnation": ctx.incarnation, "node_id": ctx.node_id,
                 "restarts": ctx.restarts, "pid": os.getpid()}
 
+    def getenv(self, key: str) -> str | None:
+        """This actor's environment variable `key` (e.g. the CUDA_VISIBLE_DEVICES it was given)."""
+        return os.environ.get(key)
+
     def sleep(self, seconds: float) -> float:
         """A long synchronous call: it runs off the event loop, so pings are answered."""
         time.sleep(seconds)

@@ -28,6 +28,7 @@ step boundary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -173,6 +174,8 @@ class Algorithm:
         group = self.learner_group
         if group is None:
             raise ConfigError("this run has no learner group (num_learners=0)")
+        learners = dataclasses.replace(self.config.learners_cfg, num_learners=int(num_learners))
+        self.config._validate_learner_gpus(learners)  # learners sharing a GPU cannot form NCCL groups
         group.scale(num_learners)
 
     def scale_env_runners(self, num_env_runners: int) -> None:

@@ -9,8 +9,12 @@ of its own that imports the algorithm (and torch) while the cluster is still sta
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
+
+from ftrl.util.gpus import NVIDIA_PROC_DIR, visible_gpus
+from ftrl.wire.errors import ConfigError
 
 #: What every warm spare of a job's cluster imports ahead (no torch).
 RUNNER_PRELOAD = "ftrl.rl.env_runner"
@@ -28,6 +32,25 @@ def cluster_slots(config: Any) -> int:
     if ev.evaluation_interval is not None:
         cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
     return max(int(cpus + 0.999), os.cpu_count() or 1)
+
+
+def cluster_gpus(config: Any, visible: list[str] | None = None) -> int:
+    """GPUs the job's worker offers: every GPU this machine shows (CUDA_VISIBLE_DEVICES,
+    else the NVIDIA driver) when the job's learners take GPUs, else none. ConfigError
+    when they take more than there are: the learners could never be placed."""
+    lrn = config.learners_cfg
+    need = math.ceil(lrn.num_learners * lrn.num_gpus_per_learner - 1e-9)
+    if need <= 0:
+        return 0
+    visible = visible_gpus() if visible is None else visible
+    if need > len(visible):
+        seen = (f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
+                if "CUDA_VISIBLE_DEVICES" in os.environ else str(NVIDIA_PROC_DIR))
+        raise ConfigError(
+            f"num_learners={lrn.num_learners} x num_gpus_per_learner={lrn.num_gpus_per_learner:g} "
+            f"needs {need} GPU(s), but this machine shows {len(visible)} (read from {seen}); "
+            "set num_gpus_per_learner=0 to learn on CPUs")
+    return len(visible)
 
 
 def spare_preload(config: Any, driver: bool = True) -> str:
@@ -50,6 +73,9 @@ def embedded_cluster_for(config: Any, driver: bool = True, **options: Any) -> An
     (e.g. `state_dir`, `fresh`)."""
     from ftrl.client.cluster import LocalCluster
 
+    gpus = cluster_gpus(config)
+    if gpus:
+        options["worker_args"] = [*options.get("worker_args", []), "--gpus", str(gpus)]
     # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
     return LocalCluster(workers=1, slots=cluster_slots(config), spares=2,
                         preload=spare_preload(config, driver), log_level="WARNING", **options)

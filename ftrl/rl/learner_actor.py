@@ -142,7 +142,8 @@ class LearnerActor:
         return {"name": self.name, "incarnation": self.incarnation, "epoch": self.mesh.epoch,
                 "rank": self.mesh.rank, "world_size": self.mesh.world_size,
                 "version": self.learner.version, "versions": versions,
-                "backend": self.mesh.backend, "store_address": self.mesh.store_address,
+                "backend": self.mesh.backend, "device": str(self.mesh.device),
+                "store_address": self.mesh.store_address,
                 "busy": self._lock.locked()}
 
     def _acquire(self) -> None:

@@ -171,6 +171,7 @@ class LearnerGroup(ActorGroup):
         self.last_reform_s = 0.0
         self.last_update_members = 0
         self._consecutive_failures = 0
+        self.backend = self.device = ""  # the mesh's, as its members reported on entering
 
     # ------------------------------------------------------------------ actors
 
@@ -400,6 +401,8 @@ class LearnerGroup(ActorGroup):
                      {n: _remote_kind(e) for n, e in errors.items()})
             self._note_failures(errors)
             return False
+        first_state = states[members[0]["name"]]
+        self.backend, self.device = first_state.get("backend", ""), first_state.get("device", "")
         source = next((i for i, m in enumerate(members) if self.version in states[m["name"]]["versions"]), None)
         restored = source is None or self.restore_state is not None or self._restore_weights
         if restored:
@@ -568,6 +571,8 @@ class LearnerGroup(ActorGroup):
             "num_learner_update_retries": self.num_update_retries,
             "num_learners_evicted": self.num_learners_evicted,
             "learner_reform_s": self.last_reform_s,
+            "learner_backend": self.backend,
+            "learner_device": self.device,
         }
 
     def stop(self, kill: bool = True) -> None:

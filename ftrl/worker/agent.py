@@ -46,6 +46,7 @@ import grpc
 from ftrl._version import __version__
 from ftrl.util.awake_clock import AwakeClock, pause_gap
 from ftrl.util.backoff import Backoff
+from ftrl.util.gpus import parse_visible_devices
 from ftrl.util.logfmt import actor_fields, kv
 from ftrl.util.restart_policy import RestartPolicy
 from ftrl.util.watchdog import exit_reason
@@ -198,6 +199,7 @@ class NodeAgent:
         self._reports: deque[pb.ActorReport] = deque(maxlen=MAX_PENDING_REPORTS)
         self._report_ready = asyncio.Event()
         self._free_gpus = list(range(opts.gpus))
+        self._gpu_names = self._gpu_names_for(opts.gpus)
         self._tasks: set[asyncio.Task] = set()
         self._stop = asyncio.Event()
         self._stopping = False  # run() is ending: loops must not go on (see _stop_tasks)
@@ -707,6 +709,20 @@ class NodeAgent:
                      pid=host.pid, address=f"{self.address}:{la.port}")
         return None
 
+    @staticmethod
+    def _gpu_names_for(gpus: int) -> list[str]:
+        """CUDA_VISIBLE_DEVICES entries of this node's GPUs 0..gpus-1: the worker's own
+        CUDA_VISIBLE_DEVICES when it was started with one (SLURM's gres, a shared node)."""
+        if gpus < 0:
+            raise ConfigError(f"--gpus must be >= 0, got {gpus}")
+        if "CUDA_VISIBLE_DEVICES" not in os.environ:
+            return [str(i) for i in range(gpus)]
+        visible = parse_visible_devices(os.environ["CUDA_VISIBLE_DEVICES"])
+        if gpus > len(visible):
+            raise ConfigError(f"--gpus {gpus}, but this worker's CUDA_VISIBLE_DEVICES="
+                              f"{os.environ['CUDA_VISIBLE_DEVICES']!r} lists {len(visible)}")
+        return visible[:gpus]
+
     async def _assign_gpus(self, la: LocalActor) -> str:
         """CUDA_VISIBLE_DEVICES for the actor: whole GPUs of its own, a shared one for a
         fraction, none for gpu=0. GPUs of a stopping actor are waited for (bounded)."""
@@ -721,7 +737,7 @@ class NodeAgent:
             if not load:
                 raise RuntimeError("this node has no GPU")
             la.gpu_ids, la.gpu_shared = [min(load, key=load.get)], True
-            return str(la.gpu_ids[0])
+            return self._gpu_names[la.gpu_ids[0]]
         need = math.ceil(want)
         deadline = time.monotonic() + GPU_WAIT_S
         while len(self._free_gpus) < need:
@@ -729,7 +745,7 @@ class NodeAgent:
                 raise RuntimeError(f"needs {need} GPUs, {len(self._free_gpus)} free on this node")
             await asyncio.sleep(0.05)
         la.gpu_ids, self._free_gpus = self._free_gpus[:need], self._free_gpus[need:]
-        return ",".join(map(str, la.gpu_ids))
+        return ",".join(self._gpu_names[i] for i in la.gpu_ids)
 
     def _start_failed(self, la: LocalActor, error_type: str, message: str, tb: str = "") -> None:
         log.warning("%s", self._kv("ACTOR_START_FAILED", la, error=error_type, reason=message))

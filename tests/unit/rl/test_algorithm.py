@@ -225,3 +225,24 @@ def test_driver_runs_a_job_in_the_background_and_stops_on_request(tmp_path):
 
     with pytest.raises(ConfigError, match="did you mean 'lr'"):
         AlgorithmDriver({"environment": {"env": "CartPole-v1"}, "lrr": 1}, str(tmp_path / "c"))
+
+
+def test_scaling_learners_that_share_a_gpu_beyond_one_is_refused():
+    from ftrl.rl.learner_group import LearnerGroup
+
+    class Group(LearnerGroup):
+        def __init__(self) -> None:  # no actors: only what scale_learners calls
+            self.sizes: list[int] = []
+
+        def scale(self, n: int) -> None:
+            self.sizes.append(n)
+
+    cfg = PPOConfig().environment("CartPole-v1").learners(num_learners=1, num_gpus_per_learner=0.5)
+    algo = PPO.__new__(PPO)
+    algo.config, algo.learner = cfg, Group()
+    with pytest.raises(ConfigError, match="cannot form an NCCL group"):
+        algo.scale_learners(2)
+    algo.scale_learners(1)
+    cfg.learners(num_gpus_per_learner=1)
+    algo.scale_learners(3)
+    assert algo.learner.sizes == [1, 3]

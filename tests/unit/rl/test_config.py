@@ -96,6 +96,9 @@ def test_ignore_and_restart_are_mutually_exclusive():
         (lambda c: c.learners(num_learners=2, n_init_learners=3), "n_init_learners"),
         (lambda c: c.learners(num_learners=2, learner_collective_timeout_s=0), "learner_collective_timeout_s"),
         (lambda c: c.learners(num_learners=2, num_gpus_per_learner=-1), "num_gpus_per_learner"),
+        (lambda c: c.learners(num_learners=0, num_gpus_per_learner=1), "needs learner actors"),
+        (lambda c: c.learners(num_learners=1, num_gpus_per_learner=2), "a learner uses one GPU"),
+        (lambda c: c.learners(num_learners=2, num_gpus_per_learner=0.5), "cannot form an NCCL group"),
         (lambda c: c.env_runners(max_weights_lag=-1), "max_weights_lag"),
         (lambda c: c.evaluation(evaluation_duration_unit="minutes"), "evaluation_duration_unit"),
     ],
@@ -104,6 +107,11 @@ def test_bad_values_raise(change, match):
     cfg = PPOConfig().environment("CartPole-v1")
     with pytest.raises(ConfigError, match=match):
         change(cfg).validate()
+
+
+def test_whole_gpus_per_learner_and_one_fractional_learner_are_valid():
+    for learners in (dict(num_learners=4, num_gpus_per_learner=1), dict(num_learners=1, num_gpus_per_learner=0.25)):
+        PPOConfig().environment("CartPole-v1").learners(**learners).validate()
 
 
 def test_missing_env_is_an_error():
