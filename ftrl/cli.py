@@ -43,17 +43,21 @@ def _security(args: argparse.Namespace):
     return security_from_args(args)
 
 
-def _positive(kind):
+def positive(kind):
+    """An argparse type: a `kind` number > 0."""
+
     def parse(text: str):
         value = kind(text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
 
+    parse.__name__ = f"positive {kind.__name__}"  # argparse: "invalid positive int value: 'x'"
     return parse
 
 
-def _non_negative_int(text: str) -> int:
+def non_negative_int(text: str) -> int:
+    """An argparse type: an int >= 0 (argparse: "invalid non_negative_int value: 'x'")."""
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
@@ -325,12 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recover", action="store_true",
                    help="the state database is unreadable: move it aside, start empty and rebuild "
                    "from what workers report (running jobs come back from their drivers)")
-    p.add_argument("--node-failure-window", type=_positive(float), default=3600.0, metavar="S",
+    p.add_argument("--node-failure-window", type=positive(float), default=3600.0, metavar="S",
                    help="--max-node-failures counts actor failures of the last S seconds")
-    p.add_argument("--job-unhealthy-timeout", type=_positive(float), default=300.0, metavar="S",
+    p.add_argument("--job-unhealthy-timeout", type=positive(float), default=300.0, metavar="S",
                    help="a running job with no live env runner for S seconds FAILS")
-    p.add_argument("--heartbeat-interval", type=_positive(float), default=1.0, metavar="S")
-    p.add_argument("--heartbeat-timeout", type=_positive(float), default=5.0, metavar="S")
+    p.add_argument("--heartbeat-interval", type=positive(float), default=1.0, metavar="S")
+    p.add_argument("--heartbeat-timeout", type=positive(float), default=5.0, metavar="S")
     p.add_argument("--max-node-failures", type=int, default=100,
                    help="actor failures after which a node is excluded (-1 = never)")
     p.add_argument("--http-port", type=int, metavar="P",
@@ -341,9 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-public-metrics", action="store_true",
                    help="serve /healthz and /metrics without the token on a non-loopback address")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
-    p.add_argument("--create-rate", type=_positive(float), default=200.0, metavar="N",
+    p.add_argument("--create-rate", type=positive(float), default=200.0, metavar="N",
                    help="CreateActor calls per second allowed per peer host (default 200)")
-    p.add_argument("--create-burst", type=_positive(float), default=2000.0, metavar="N",
+    p.add_argument("--create-burst", type=positive(float), default=2000.0, metavar="N",
                    help="CreateActor calls a peer host may make at once (default 2000)")
     _add_security(p, server=True)
     p.set_defaults(fn=cmd_coordinator)
@@ -351,29 +355,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run a node agent that hosts actors")
     _add_verbose(p)
     p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
-    p.add_argument("--slots", type=_positive(int), help="CPU slots offered (default: CPU count)")
-    p.add_argument("--gpus", type=_non_negative_int, default=0,
+    p.add_argument("--slots", type=positive(int), help="CPU slots offered (default: CPU count)")
+    p.add_argument("--gpus", type=non_negative_int, default=0,
                    help="GPUs offered; actors get their own CUDA_VISIBLE_DEVICES (taken from "
                    "this worker's CUDA_VISIBLE_DEVICES when it has one)")
     p.add_argument("--resources", type=_resources, help="custom resources, e.g. sim=4,tpu=1")
     p.add_argument("--node-id", help="unique node id (default HOSTNAME-PID)")
     p.add_argument("--address", help="address this node's actors listen on and advertise")
-    p.add_argument("--actor-hang-timeout", type=_positive(float), default=10.0, metavar="S",
+    p.add_argument("--actor-hang-timeout", type=positive(float), default=10.0, metavar="S",
                    help="kill and restart an actor that does not answer pings this long")
-    p.add_argument("--actor-start-timeout", type=_positive(float), default=300.0, metavar="S")
+    p.add_argument("--actor-start-timeout", type=positive(float), default=300.0, metavar="S")
     p.add_argument("--spares", type=int, default=1, help="warm spare processes kept for fast restarts")
     p.add_argument("--preload", default="", help="modules spares import ahead, e.g. ftrl.rl.env_runner,gymnasium; "
                    "MODULES;first:MODULES2 also starts one spare with MODULES2 for the first actor "
                    "(e.g. a job's driver that needs torch)")
     p.add_argument("--log-dir", help="where actor logs go (one file per actor; default "
                    "/tmp/ftrl-UID/NODE/logs)")
-    p.add_argument("--log-max-bytes", type=_positive(int), default=50 << 20, metavar="B",
+    p.add_argument("--log-max-bytes", type=positive(int), default=50 << 20, metavar="B",
                    help="rotate an actor's log file past this size (default 50 MiB)")
     p.add_argument("--log-backups", type=int, default=3, metavar="N",
                    help="rotated files kept per actor (default 3)")
-    p.add_argument("--drain-timeout", type=_positive(float), default=60.0, metavar="S",
+    p.add_argument("--drain-timeout", type=positive(float), default=60.0, metavar="S",
                    help="on SIGTERM, move actors away for at most this long, then exit (default 60)")
-    p.add_argument("--connect-timeout", type=_positive(float), default=120.0, metavar="S",
+    p.add_argument("--connect-timeout", type=positive(float), default=120.0, metavar="S",
                    help="exit (status 1) when the coordinator cannot be joined for S seconds at "
                    "start (default 120); once joined, a lost coordinator is retried for ever")
     _add_security(p, server=True)
@@ -419,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = client_command("stop", "stop a job after its current iteration (final checkpoint)", cmd_stop)
     p.add_argument("job", metavar="JOB")
     p.add_argument("--wait", action="store_true", help="return once the job has ended")
-    p.add_argument("--timeout", type=_positive(float), default=600.0, metavar="S",
+    p.add_argument("--timeout", type=positive(float), default=600.0, metavar="S",
                    help="longest --wait waits (default 600)")
     p.add_argument("--json", action="store_true", help="print the job's record as JSON")
 

@@ -418,6 +418,27 @@ class ReportingConfig:
     )
 
 
+def check_learner_gpus(lrn: LearnersConfig) -> None:
+    """ConfigError for learner GPU settings NCCL cannot run: a learner uses one GPU (cuda:0
+    of its own CUDA_VISIBLE_DEVICES), and two ranks of one mesh cannot share a GPU."""
+    gpus = lrn.num_gpus_per_learner
+    if not gpus:
+        return
+    if lrn.num_learners == 0:
+        raise ConfigError(
+            f"num_gpus_per_learner={gpus:g} needs learner actors: set num_learners >= 1 "
+            "(with num_learners=0 the driver learns, on its CPU)")
+    if gpus > 1:
+        raise ConfigError(
+            f"num_gpus_per_learner={gpus:g}: a learner uses one GPU; for more GPUs, "
+            "add learners (num_learners)")
+    if gpus < 1 and lrn.num_learners > 1:
+        raise ConfigError(
+            f"num_gpus_per_learner={gpus:g} with num_learners={lrn.num_learners}: learners "
+            "sharing a GPU cannot form an NCCL group; give each learner a whole GPU "
+            "(num_gpus_per_learner=1) or use one learner")
+
+
 # --------------------------------------------------------------------------- type checking
 
 
@@ -815,29 +836,8 @@ class AlgorithmConfig:
         if lrn.num_learners and lrn.min_learners > lrn.num_learners:
             raise ConfigError(
                 f"min_learners={lrn.min_learners} is more than num_learners={lrn.num_learners}")
-        self._validate_learner_gpus(lrn)
+        check_learner_gpus(lrn)
         self._validate_training()
-
-    @staticmethod
-    def _validate_learner_gpus(lrn: LearnersConfig) -> None:
-        """A learner uses one GPU (cuda:0 of its own CUDA_VISIBLE_DEVICES), and NCCL
-        cannot have two ranks of one mesh on the same GPU."""
-        gpus = lrn.num_gpus_per_learner
-        if not gpus:
-            return
-        if lrn.num_learners == 0:
-            raise ConfigError(
-                f"num_gpus_per_learner={gpus:g} needs learner actors: set num_learners >= 1 "
-                "(with num_learners=0 the driver learns, on its CPU)")
-        if gpus > 1:
-            raise ConfigError(
-                f"num_gpus_per_learner={gpus:g}: a learner uses one GPU; for more GPUs, "
-                "add learners (num_learners)")
-        if gpus < 1 and lrn.num_learners > 1:
-            raise ConfigError(
-                f"num_gpus_per_learner={gpus:g} with num_learners={lrn.num_learners}: learners "
-                "sharing a GPU cannot form an NCCL group; give each learner a whole GPU "
-                "(num_gpus_per_learner=1) or use one learner")
 
     def _validate_training(self) -> None:
         """Hook for subclasses: checks across training fields."""

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ftrl.config import AlgorithmConfig, StopCriteria
+from ftrl.config import AlgorithmConfig, StopCriteria, check_learner_gpus
 from ftrl.rl import algo_state, run_loop
 from ftrl.rl.algo_state import check_resume_compatible
 from ftrl.rl.checkpoint import CheckpointManager
@@ -174,8 +174,7 @@ class Algorithm:
         group = self.learner_group
         if group is None:
             raise ConfigError("this run has no learner group (num_learners=0)")
-        learners = dataclasses.replace(self.config.learners_cfg, num_learners=int(num_learners))
-        self.config._validate_learner_gpus(learners)  # learners sharing a GPU cannot form NCCL groups
+        check_learner_gpus(dataclasses.replace(self.config.learners_cfg, num_learners=int(num_learners)))
         group.scale(num_learners)
 
     def scale_env_runners(self, num_env_runners: int) -> None:

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ftrl.cli import non_negative_int, positive
 from ftrl.config import AlgorithmConfig, JobSpec, load_job
 from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
@@ -66,12 +67,12 @@ def add_job_arguments(parser: argparse.ArgumentParser, config_positional: bool =
         parser.add_argument("--config", metavar="JOB.toml", help="job file (config tables + [stop])")
     parser.add_argument("--algo", help="algorithm (default: the job file's `algo`, else ppo)")
     parser.add_argument("--env", help="gymnasium id or import path pkg.mod:make_env")
-    parser.add_argument("--num-env-runners", type=_non_negative_int, metavar="N")
-    parser.add_argument("--num-envs-per-env-runner", type=_positive_int, metavar="E")
-    parser.add_argument("--num-learners", type=_non_negative_int, metavar="M")
+    parser.add_argument("--num-env-runners", type=non_negative_int, metavar="N")
+    parser.add_argument("--num-envs-per-env-runner", type=positive(int), metavar="E")
+    parser.add_argument("--num-learners", type=non_negative_int, metavar="M")
     parser.add_argument("--stop-reward", type=float, metavar="R", help="stop when episode_return_mean >= R")
-    parser.add_argument("--stop-timesteps", type=_positive_int, metavar="T", help="stop after T env steps")
-    parser.add_argument("--stop-iters", type=_positive_int, metavar="I", help="stop after I iterations")
+    parser.add_argument("--stop-timesteps", type=positive(int), metavar="T", help="stop after T env steps")
+    parser.add_argument("--stop-iters", type=positive(int), metavar="I", help="stop after I iterations")
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in DIR")
     parser.add_argument("--seed", type=int, metavar="S")
     parser.add_argument(
@@ -610,20 +611,6 @@ def _train_here(args: argparse.Namespace, job: JobSpec, output: Path, progress: 
         return 130 if summary["stop_reason"] in ("interrupted", "stopped") else 0
 
     return _exit_code(train)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
