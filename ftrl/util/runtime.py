@@ -1,4 +1,4 @@
-"""Process-level helpers: logging setup, uvloop, signals, parent-death signal."""
+"""Process-level helpers: logging setup, uvloop, signals, parent-death signal, subreaper."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def setup_logging(level: str = "INFO", role: str = "ftrl") -> None:
@@ -56,3 +57,15 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         return
     if os.getppid() != parent:  # the parent died before prctl took effect
         os.kill(os.getpid(), sig)
+
+
+def set_child_subreaper(on: bool = True) -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux >= 3.4): they are
+    reparented to it instead of to init, so it can `waitpid` them. True when it took."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except OSError:
+        return False

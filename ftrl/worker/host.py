@@ -6,6 +6,17 @@ worker assigns it an actor it imports the class, constructs it, starts its own
 grpc.aio server and reports the port. Spares make a restart cost a constructor
 call instead of a Python start plus imports.
 
+A spare comes to life in one of two ways, and both run the same code once the
+imports are done (`serve_spare`):
+
+- cold: `python -m ftrl.worker.host --ctl-in FD --ctl-out FD --preload MODULES`, a
+  whole interpreter start plus the imports (`preload_modules`): ~0.4 CPU-s with
+  grpc/numpy/gymnasium, ~1.9 CPU-s with torch. The worker's first actor's spare and
+  every spare while the fork server is unavailable start this way.
+- forked: the worker's fork server (`ftrl.worker.zygote`) imported the same modules
+  once and forks a copy of itself per spare (a few ms of CPU); the copy resets what a
+  fork shares, then calls `prepare_spare` and `serve_spare` like a cold one.
+
 The process dies with its worker (PR_SET_PDEATHSIG) and also exits when the
 control pipe closes.
 
@@ -39,7 +50,8 @@ from ftrl.worker.pipe import read_frame, write_frame
 log = logging.getLogger("ftrl.actor")
 
 
-def _set_title(title: str) -> None:
+def set_title(title: str) -> None:
+    """This process's title in ps/top (no-op without setproctitle)."""
     try:
         import setproctitle
 
@@ -49,15 +61,29 @@ def _set_title(title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """A cold spare: parse the control fds, import, then serve (see the module doc)."""
     ap = argparse.ArgumentParser(prog="ftrl-actor-host")
     ap.add_argument("--ctl-in", type=int, required=True)
     ap.add_argument("--ctl-out", type=int, required=True)
     ap.add_argument("--preload", default="")
     args = ap.parse_args(argv)
+    prepare_spare()
+    preload_modules(args.preload)
+    return serve_spare(args.ctl_in, args.ctl_out)
+
+
+def prepare_spare() -> None:
+    """What a spare sets before it serves: die with the worker, stop at once on SIGINT
+    until an actor serves, and the process title."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # until it serves: a stop ends it at once
     die_with_parent()
-    _set_title("ftrl-actor-spare")
-    for module in filter(None, args.preload.split(",")):
+    set_title("ftrl-actor-spare")
+
+
+def preload_modules(preload: str) -> None:
+    """Import what every spare imports before it says ready: the comma-separated
+    `preload` modules (a failure is only printed), grpc and the actor server."""
+    for module in filter(None, preload.split(",")):
         try:
             importlib.import_module(module)
         except Exception as e:  # a preload is only an optimization
@@ -66,9 +92,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from ftrl.worker import actor_server  # noqa: F401
 
-    write_frame(args.ctl_out, {"kind": "ready"})
+
+def serve_spare(ctl_in: int, ctl_out: int) -> int:
+    """Everything a spare does after its imports: say ready, wait for the assignment
+    and run the actor. Returns 0 when the worker closes the pipe unassigned; once an
+    actor ran, the process exits here (`os._exit`)."""
+    write_frame(ctl_out, {"kind": "ready"})
     try:
-        msg = read_frame(args.ctl_in)
+        msg = read_frame(ctl_in)
     except EOFError:
         return 0
     if msg.get("log_path"):
@@ -84,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in (msg.get("env") or {}).items():
         os.environ[key] = value
     setup_logging(msg.get("log_level", "INFO"), "ftrl-actor")
-    code = run_async(_serve(msg, args.ctl_in, args.ctl_out))
+    code = run_async(_serve(msg, ctl_in, ctl_out))
     # Exit now: a call still running in a user thread (a driver's training loop after its
     # drain) must not hold the process; interpreter exit would join every call thread.
     sys.stdout.flush()
@@ -103,7 +134,7 @@ async def _serve(msg: dict[str, Any], ctl_in: int, ctl_out: int) -> int:
 
     spec = pb.ActorSpec.FromString(msg["spec"])
     incarnation = int(msg["incarnation"])
-    _set_title(f"ftrl-actor {spec.name}")
+    set_title(f"ftrl-actor {spec.name}")
     security = Security(**msg.get("security", {}))
     set_runtime_context(RuntimeContext(
         name=spec.name, incarnation=incarnation, node_id=msg.get("node_id", ""),

@@ -39,9 +39,14 @@ class FakeHost:
     def close(self) -> None:
         self.closed = True
 
+    async def wait(self) -> int:
+        return self.returncode or 0
+
 
 @pytest.fixture
 def spawned(monkeypatch) -> list[FakeHost]:
+    """Every spare the pool starts, as FakeHosts (cold spawns only: no fork server)."""
+    monkeypatch.setenv("FTRL_NO_ZYGOTE", "1")
     hosts: list[FakeHost] = []
 
     async def fake_spawn_host(preload: str, log_path: Path, env: dict[str, str]) -> FakeHost:
