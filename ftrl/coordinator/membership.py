@@ -244,6 +244,16 @@ class Membership:
         if node is not None and node.epoch == epoch:
             node.connected = False
 
+    @durable
+    def worker_gone(self, node_id: str, epoch: int, reason: str) -> None:
+        """The worker of this registration is gone for sure (its stream ended and its
+        port refuses connections): the node is lost now, not after the heartbeat
+        timeout. A node that reconnected or registered again meanwhile is left alone."""
+        node = self.nodes.get(node_id)
+        if node is None or node.epoch != epoch or node.connected or node.state == NodeState.LOST:
+            return
+        self._lose_node(node, reason)
+
     def heartbeat(self, node_id: str, epoch: int) -> None:
         node = self.node(node_id, epoch)
         node.last_heartbeat = self.clock()

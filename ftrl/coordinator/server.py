@@ -36,6 +36,26 @@ log = logging.getLogger(__name__)
 
 _CLOSE = object()
 NODE_QUEUE = 100_000
+#: How long a connect to a worker whose stream ended may take to tell "gone" (refused).
+PROBE_TIMEOUT_S = 1.0
+#: When to probe such a worker's port (seconds before each try).
+PROBE_DELAYS_S = (0.0, 0.2, 1.0)
+
+
+async def _refuses_connections(host: str, port: int) -> bool | None:
+    """True if `host:port` refuses a TCP connection (nothing listens), False if it takes
+    one, None if there was no answer within PROBE_TIMEOUT_S (or another error)."""
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(host, port)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return None
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
 MAX_WAIT_S = 300.0
 
 
@@ -86,6 +106,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def __init__(self, controller: Controller, create_rate: float = 200.0, create_burst: float = 2000.0):
         self.c = controller
         self.streams: dict[str, _NodeStream] = {}
+        self._probes: set[asyncio.Future] = set()  # of workers whose stream ended
         self._changes: dict[str, asyncio.Event] = {}
         self._create_limit = RateLimiter(create_rate, create_burst, "CreateActor")
         self.metrics = CoordinatorMetrics(controller)  # served at /metrics by ftrl.coordinator.http
@@ -172,8 +193,34 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             if self.streams.get(node_id) is stream:
                 del self.streams[node_id]
                 self.c.disconnect_node(node_id, epoch)
+                self._probes.add(asyncio.ensure_future(self._probe_closed_node(node_id, epoch)))
         if error:
             await context.abort(*status_of(error[0]))
+
+    async def _probe_closed_node(self, node_id: str, epoch: int) -> None:
+        """A worker's stream ended: if nothing listens on its port any more, its process
+        is gone (and its actors with it: they die with their worker), so the node is
+        lost now instead of after the heartbeat timeout. A machine that vanished (no
+        answer at all) or a worker still listening is left to the heartbeats. Probed a
+        few times (PROBE_DELAYS_S): a process being torn down closes its stream a moment
+        before its listening socket."""
+        try:
+            for delay in PROBE_DELAYS_S:
+                await asyncio.sleep(delay)
+                node = self.c.nodes.get(node_id)
+                if node is None or node.epoch != epoch or node.connected or not node.log_port or not node.address:
+                    return  # gone already, registered again, reconnected, or nothing to probe
+                refused = await _refuses_connections(node.address.strip("[]"), node.log_port)
+                if refused is None:
+                    return  # no answer at all: a vanished machine or a cut link, the heartbeats tell
+                if refused:
+                    self.c.worker_gone(node_id, epoch, "its link closed and nothing listens on its port: "
+                                       "the worker process is gone")
+                    return
+        except FtrlError as e:
+            log.debug("probe of node %s: %s", node_id, e)
+        finally:
+            self._probes.discard(asyncio.current_task())
 
     async def _read_node(self, requests, node_id: str, epoch: int, stream: _NodeStream, error: list) -> None:
         # Acks renew the worker's lease (send time + 80% of the timeout): one ack

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -39,7 +40,7 @@ def test_lost_worker_actors_move_or_wait_for_room(make_cluster):
     cl.worker_procs["n0"].send_signal(signal.SIGKILL)
     lost = wait_event(c, seq, lambda e: e["type"] == "NODE_LOST" and e["node_id"] == "n0",
                       nodes=True, timeout=30)
-    assert "no heartbeat" in lost["message"]
+    assert "the worker process is gone" in lost["message"]  # its port refuses: no heartbeat wait
     assert _node(c, "n0")["state"] == "LOST"
     # the actors died with their worker
     for rec in before.values():
@@ -63,6 +64,26 @@ def test_lost_worker_actors_move_or_wait_for_room(make_cluster):
     joined = wait_event(c, seq, lambda e: e["type"] == "NODE_JOINED" and e["node_id"] == "n2", nodes=True)
     assert joined["seq"] > lost["seq"]
     assert running(cl.coordinator_proc) and running(cl.worker_procs["n1"])
+
+
+def test_a_killed_worker_is_lost_at_once_not_after_the_heartbeat_timeout(make_cluster):
+    """Its stream ends and its port refuses connections: the coordinator knows the worker
+    (and the actors that die with it) is gone without waiting 60 s of heartbeats."""
+    cl = make_cluster(workers=2, slots=2, heartbeat_interval=1.0, heartbeat_timeout=60.0)
+    c = cl.client()
+    h = c.create_actor(COUNTER, name="quick", kwargs={"start": 5}, max_restarts=-1)
+    first = c.actor("quick")
+    home = first["node_id"]
+    seq = event_seq(c)
+    t0 = time.monotonic()
+    cl.worker_procs[home].send_signal(signal.SIGKILL)
+    lost = wait_event(c, seq, lambda e: e["type"] == "NODE_LOST" and e["node_id"] == home,
+                      nodes=True, timeout=45)
+    assert time.monotonic() - t0 < 30, "lost by the heartbeat timeout, not at once"
+    assert "the worker process is gone" in lost["message"]
+    moved = c.wait_actor("quick", 30, min_incarnation=first["incarnation"] + 1)
+    assert moved["state"] == "ALIVE" and moved["node_id"] != home
+    assert h.call("incr") == 6
 
 
 def test_partitioned_worker_is_fenced_when_it_returns(make_cluster):
