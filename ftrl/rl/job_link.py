@@ -10,9 +10,19 @@ sends what is queued (rows in order, in batches, stage and counters merged to th
 newest), each call bounded by `call_timeout_s`; when nothing is queued it polls (a
 report with no rows) every `poll_interval_s`, so the driver learns of stop and scale
 requests within about a second. Every reply (the job record as a dict) goes to
-`on_reply`, on the link's thread. While the coordinator is unreachable the rows are
-kept (the newest `max_rows`; older ones are dropped and counted: metrics.jsonl has
-them all) and sent, in order, once it is back.
+`on_reply`, on the link's thread.
+
+While the coordinator is unreachable the rows are kept (the newest `max_rows`; older
+ones are dropped and counted: metrics.jsonl has them all) and the link tries again every
+`retry_interval_s` (a call fails at once while gRPC's channel is down; the channel
+reconnects on its own, see ftrl.wire.grpcopts), logging one line per outage. The call
+after a failed one (and the link's very first call) carries the driver's current state
+with only the newest queued row, so `ftrl status` is fresh as soon as the coordinator
+answers; the older rows follow, in order, in batches (the coordinator keeps the newest
+row shown: see ftrl.coordinator.jobs). Each row is sent once; a final stage goes with
+the last of them.
+Other failures (the coordinator refusing or failing the call) are retried after a
+capped backoff up to `max_backoff_s`.
 
 A coordinator that does not know the job (NotFoundError: the driver was started
 outside the jobs API), or knows this driver as replaced (PermissionDeniedError, or a
@@ -22,6 +32,7 @@ nothing more is sent.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -32,7 +43,9 @@ from typing import Any
 from ftrl.client.jobs import FINAL_STAGES
 from ftrl.util.backoff import Backoff
 from ftrl.wire.errors import (
+    ActorUnavailableError,
     FtrlError,
+    FtrlTimeoutError,
     InvalidArgumentError,
     MethodNotFoundError,
     NotFoundError,
@@ -40,6 +53,10 @@ from ftrl.wire.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+#: What a call raises while the coordinator is down or restarting: retried at once
+#: (every `retry_interval_s`), without backing off.
+UNREACHABLE = (ActorUnavailableError, FtrlTimeoutError)
 
 
 class JobLink:
@@ -57,6 +74,7 @@ class JobLink:
         batch_rows: int = 100,
         call_timeout_s: float = 5.0,
         poll_interval_s: float = 1.0,
+        retry_interval_s: float = 0.1,
         max_backoff_s: float = 5.0,
     ):
         self.client = client
@@ -66,22 +84,27 @@ class JobLink:
         self.batch_rows = max(1, int(batch_rows))
         self.call_timeout_s = call_timeout_s
         self.poll_interval_s = poll_interval_s
-        self._backoff = Backoff(base=0.5, cap=max_backoff_s, jitter=0.0)  # between failed calls
+        self.retry_interval_s = retry_interval_s  # after a call that found the coordinator unreachable
+        self._backoff = Backoff(base=0.5, cap=max_backoff_s, jitter=0.0)  # after a call it failed
         self._cond = threading.Condition()
         self._rows: deque[tuple[int, dict[str, Any]]] = deque(maxlen=max(1, int(max_rows)))  # (seq, row)
         self._row_seq = 0
+        self._delivered_seq = 0  # the newest row the coordinator has taken
+        self._newest_first = True  # the next call: the current state and the newest row only
         self._state: dict[str, Any] = {"stage": "STARTING", "iteration": 0, "env_steps_sampled": 0,
                                        "last_checkpoint": "", "reason": ""}
         self._version = 0  # bumped on every change of _state
         self._sent_version = -1
         self._next_call = 0.0  # monotonic time of the next call with nothing new to send
         self._last_ok = True
+        self._outage_since: float | None = None  # monotonic time of the first failed call in a row
         self._closing = False
         # why the link ended early ("" while it works); a client without the jobs API
         # (the in-process LocalClient) never reports
         self.disabled = "" if hasattr(client, "report_job") else "the client has no report_job"
         self.final_delivered = False
         self.rows_dropped = 0  # rows the coordinator refused, or over max_rows
+        self.failed_calls = 0  # calls that failed, all outages together
         self._thread = threading.Thread(target=self._run, name="ftrl-job-link", daemon=True)
 
     # ------------------------------------------------------------------ the driver's side
@@ -163,6 +186,17 @@ class JobLink:
     def _due(self) -> bool:
         return (self._news() and self._last_ok) or time.monotonic() >= self._next_call
 
+    def _next_rows(self) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+        """The queued rows the next call carries, and whether they are all of them (under
+        the lock). After a failed call (and on the first) only the newest row, if it is
+        newer than any delivered: the coordinator shows the driver's current state at
+        once, the older rows follow. Otherwise the oldest `batch_rows`, in order."""
+        if self._newest_first and self._rows and self._rows[-1][0] > self._delivered_seq:
+            batch = [self._rows[-1]]
+        else:
+            batch = list(itertools.islice(self._rows, self.batch_rows))
+        return batch, len(batch) == len(self._rows)
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -170,28 +204,18 @@ class JobLink:
                     self._cond.wait(timeout=max(0.0, self._next_call - time.monotonic()))
                 if self._closing or self.disabled:
                     return
-                batch = [self._rows[i] for i in range(min(self.batch_rows, len(self._rows)))]
-                complete = len(batch) == len(self._rows)
+                batch, complete = self._next_rows()
                 state = dict(self._state)
                 version = self._version
-            rows = [row for _, row in batch]
-            last_seq = batch[-1][0] if batch else 0
+            seqs = [seq for seq, _ in batch]
             if not complete and state["stage"] in FINAL_STAGES:
                 state["stage"] = "RUNNING"  # rows first; the final stage goes with the last batch
-            info = self._send(state, rows, last_seq)
+            info, retry_s = self._send(state, [row for _, row in batch], seqs)
             with self._cond:
-                now = time.monotonic()
-                self._last_ok = info is not None
                 if info is None:
-                    self._next_call = now + self._backoff.next_delay()
+                    self._failed(retry_s)
                 else:
-                    self._backoff.reset()
-                    self._next_call = now + self.poll_interval_s
-                    self._forget_rows(last_seq)
-                    if complete or not rows:
-                        self._sent_version = version
-                        if state["stage"] in FINAL_STAGES:
-                            self.final_delivered = True
+                    self._delivered(seqs, complete, version, state["stage"])
                 self._cond.notify_all()
             if info is not None and self.on_reply is not None and not self.final_delivered:
                 try:
@@ -199,13 +223,52 @@ class JobLink:
                 except Exception:
                     log.exception("job %s: handling the coordinator's reply failed", self.job_id)
 
-    def _forget_rows(self, last_seq: int) -> None:
-        """Drop the queued rows up to `last_seq` (sent, or refused); under the lock."""
-        while self._rows and self._rows[0][0] <= last_seq:
-            self._rows.popleft()
+    def _failed(self, retry_s: float) -> None:
+        """After a failed call (under the lock): the next one in `retry_s`, newest first."""
+        self._last_ok = False
+        self._newest_first = True
+        self._next_call = time.monotonic() + retry_s
 
-    def _send(self, state: dict[str, Any], rows: list[dict[str, Any]], last_seq: int) -> dict[str, Any] | None:
-        """One ReportJob call; the reply, or None after a failure (retried later)."""
+    def _delivered(self, seqs: list[int], complete: bool, version: int, stage: str) -> None:
+        """After a call the coordinator took (under the lock)."""
+        now = time.monotonic()
+        if self._outage_since is not None:
+            log.debug("job %s: reports delivered again after %.1fs (%d failed calls)", self.job_id,
+                      now - self._outage_since, self.failed_calls)
+            self._outage_since = None
+        self._last_ok = True
+        self._newest_first = False
+        self._backoff.reset()
+        self._next_call = now + self.poll_interval_s
+        self._delivered_seq = max([self._delivered_seq, *seqs])
+        self._forget_rows(seqs)
+        if complete or not seqs:
+            self._sent_version = version
+            if stage in FINAL_STAGES:
+                self.final_delivered = True
+
+    def _forget_rows(self, seqs: list[int]) -> None:
+        """Drop the queued rows `seqs` (sent, or refused; under the lock): a run of the
+        oldest, or the newest row, sent ahead of the older ones."""
+        gone = set(seqs)
+        while self._rows and self._rows[0][0] in gone:
+            gone.discard(self._rows.popleft()[0])
+        for seq in gone:
+            if self._rows and seq > self._rows[0][0]:  # not one of the oldest (those may be dropped)
+                self._remove_row(seq)
+
+    def _remove_row(self, seq: int) -> None:
+        """Remove row `seq` from the queue, searching from the newest end."""
+        for i in range(len(self._rows) - 1, -1, -1):
+            if self._rows[i][0] <= seq:
+                if self._rows[i][0] == seq:
+                    del self._rows[i]
+                return
+
+    def _send(self, state: dict[str, Any], rows: list[dict[str, Any]],
+              seqs: list[int]) -> tuple[dict[str, Any] | None, float]:
+        """One ReportJob call: (the reply, 0), or after a failure (None, seconds until the
+        next try)."""
         try:
             info = self.client.report_job(
                 self.job_id, self.incarnation, state["stage"], int(state["iteration"]),
@@ -213,25 +276,34 @@ class JobLink:
                 reason=state["reason"] or "", timeout=self.call_timeout_s)
         except (NotFoundError, PermissionDeniedError, MethodNotFoundError) as e:
             self._disable(f"{type(e).__name__}: {e}")
-            return None
+            return None, 0.0
         except InvalidArgumentError as e:
             # a report the coordinator will never take: drop these rows, go on with the rest
             log.error("job %s: the coordinator refused a report (%s); dropping %d rows", self.job_id, e, len(rows))
             with self._cond:
-                self._forget_rows(last_seq)
+                self._forget_rows(seqs)
                 self.rows_dropped += len(rows)
-            return None
-        except Exception as e:  # unreachable, timed out, or a client shutting down
-            if self._backoff.attempts == 0:
-                level = logging.INFO if isinstance(e, FtrlError) else logging.WARNING
-                log.log(level, "job %s: report to the coordinator failed (%s: %s); training goes on, "
-                        "reports are kept", self.job_id, type(e).__name__, e)
-            return None
+            return None, self._backoff.next_delay()
+        except Exception as e:  # unreachable, timed out, failed, or a client shutting down
+            return None, self._call_failed(e)
         newer = int(info.get("driver_incarnation") or 0)
         if newer > self.incarnation:
             self._disable(f"the job's driver is incarnation {newer} now, this is {self.incarnation}")
-            return None
-        return info
+            return None, 0.0
+        return info, 0.0
+
+    def _call_failed(self, e: Exception) -> float:
+        """Log the first failed call of an outage (one line); the delay until the next
+        try: short and fixed while the coordinator is unreachable, else backing off."""
+        self.failed_calls += 1
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            level = logging.INFO if isinstance(e, FtrlError) else logging.WARNING
+            log.log(level, "job %s: report to the coordinator failed (%s: %s); training goes on, "
+                    "reports are kept and sent once it answers", self.job_id, type(e).__name__, e)
+        if isinstance(e, UNREACHABLE):
+            return self.retry_interval_s
+        return self._backoff.next_delay()
 
     def _disable(self, why: str) -> None:
         log.info("job %s: not reporting to the coordinator (%s)", self.job_id, why)
