@@ -9,6 +9,18 @@ the job, so a coordinator restart cannot leave a call half-made.
 Stages, in one table (STAGE_TABLE): what a stage may become. Reports are stage-aware
 (REPORT_ACCEPTED): a report that arrives in a stage that must ignore it (a job that
 already ended, a driver incarnation that was replaced) is ignored on purpose and logged.
+
+Reports may carry rows out of order: a driver's job link, back after an outage, reports
+its current state and newest row first and the rows of the outage after it
+(ftrl.rl.job_link). Every row goes to the results store (by iteration: a later
+`results(follow=False)` replays them all, in order), but the record never moves back:
+its `metrics` (the row `ftrl status` shows) only changes to a row of an iteration not
+below the one shown (`metrics_iteration`), and its `iteration` and `env_steps_sampled`
+only go up (a driver resuming from an older checkpoint shows its progress again once it
+is past them). A client following the results (`results(follow=True)`) streams in
+iteration order and only moves forward: one that is following when such a report comes
+gets the newest row and goes on from it, the rows of the outage arriving later are not
+streamed to it (they are stored, and replayed by a new `results` call).
 """
 
 from __future__ import annotations
@@ -42,6 +54,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DRIVER_CLASS = "ftrl.rl.driver:AlgorithmDriver"
+#: The newest state a job's driver keeps in its output dir (ftrl.rl.state_writer).
+DRIVER_STATE_FILE = "driver_state.ftrl"
 DRIVER_MAX_RESTARTS = 20
 MAX_LIVE_JOBS = 1000
 MAX_ENDED_JOBS = 1000  # the oldest ended jobs are forgotten past this
@@ -104,6 +118,7 @@ class JobRecord:
     iteration: int = 0
     env_steps_sampled: int = 0
     metrics: bytes = b"\x80"  # msgpack {}
+    metrics_iteration: int = 0  # the iteration of the row in `metrics`
     stop_requested: bool = False
     resume: bool = False
     last_checkpoint: str = ""
@@ -122,6 +137,7 @@ class JobRecord:
             "config": self.config, "output_dir": self.output_dir, "runners": self.num_env_runners,
             "learners": self.num_learners, "stage": self.stage.value, "reason": self.reason,
             "iteration": self.iteration, "env_steps": self.env_steps_sampled, "metrics": self.metrics,
+            "metrics_iteration": self.metrics_iteration,
             "stop": self.stop_requested, "resume": self.resume, "checkpoint": self.last_checkpoint,
             "driver_incarnation": self.driver_incarnation, "submitted_at": self.submitted_at,
             "stage_since": self.stage_since, "seq": self.seq,
@@ -130,12 +146,24 @@ class JobRecord:
     @classmethod
     def from_row(cls, job_id: str, row: bytes) -> JobRecord:
         d = msgpack.unpackb(row)
+        metrics_iteration = d.get("metrics_iteration")  # missing in rows of older versions
+        if metrics_iteration is None:
+            metrics_iteration = row_iteration(d["metrics"])
         return cls(job_id=job_id, config=d["config"], output_dir=d["output_dir"],
                    num_env_runners=d["runners"], num_learners=d["learners"], stage=JobStage(d["stage"]),
                    reason=d["reason"], iteration=d["iteration"], env_steps_sampled=d["env_steps"],
-                   metrics=d["metrics"], stop_requested=d["stop"], resume=d["resume"],
-                   last_checkpoint=d["checkpoint"], driver_incarnation=d["driver_incarnation"],
+                   metrics=d["metrics"], metrics_iteration=metrics_iteration, stop_requested=d["stop"],
+                   resume=d["resume"], last_checkpoint=d["checkpoint"], driver_incarnation=d["driver_incarnation"],
                    submitted_at=d["submitted_at"], stage_since=d["stage_since"], seq=d["seq"])
+
+
+def row_iteration(row: bytes) -> int:
+    """The `iteration` of a stored metrics row (0 if it has none: the empty row)."""
+    try:
+        value = codec.decode(row, codec.SMALL_LIMITS).get("iteration")
+    except Exception:  # not a map, or not decodable: nothing to keep it against
+        return 0
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def check_counts(env_runners: int, learners: int) -> None:
@@ -264,10 +292,11 @@ class JobTable:
             raise InvalidArgumentError("output_dir must be a path of at most 4096 characters")
         output = str(Path(output).absolute())
         checkpoints = Path(output) / "checkpoints"
-        if not req.resume and checkpoints.is_dir() and any(checkpoints.glob("checkpoint_*")):
+        if not req.resume and ((Path(output) / DRIVER_STATE_FILE).exists()
+                               or (checkpoints.is_dir() and any(checkpoints.glob("checkpoint_*")))):
             raise FailedPreconditionError(
-                f"{output} already holds checkpoints of an earlier run; submit with resume "
-                "(`ftrl submit --resume`) to continue it, or choose another output directory")
+                f"{output} already holds the state of an earlier run (checkpoints, {DRIVER_STATE_FILE}); "
+                "submit with resume (`ftrl submit --resume`) to continue it, or choose another output directory")
         live_actors = self._live_actors(job_id)
         if live_actors:
             raise AlreadyExistsError(f"job {job_id!r} still has live actors ({live_actors[0].name}, ...)")
@@ -338,6 +367,8 @@ class JobTable:
     # ---------------------------------------------------------------- from the job
 
     def report(self, r: pb.JobReport) -> JobRecord:
+        """A driver's report: its rows to the results store; the record's stage, counters
+        and shown row only move forward (see the module docstring)."""
         job = self.get(r.job_id)
         if r.incarnation < job.driver_incarnation:
             log.info("job %s: report of driver incarnation %d ignored (current %d)", job.job_id,
@@ -356,11 +387,15 @@ class JobTable:
             if len(row.row) > MAX_ROW_BYTES or row.iteration < 0:
                 raise InvalidArgumentError(f"a result row of {len(row.row)} bytes or a negative iteration")
             self._results.append((job.job_id, row.iteration, row.row))
-            job.metrics, changed = row.row, True
+            changed = True  # the job's results changed: followers look
+            if row.iteration >= job.metrics_iteration:
+                job.metrics, job.metrics_iteration = row.row, row.iteration
         # A STARTING driver does not know its counters yet (its checkpoint is not loaded).
         counted = r.stage != pb.JOB_STARTING
-        if counted and (r.iteration, r.env_steps_sampled) != (job.iteration, job.env_steps_sampled):
-            job.iteration, job.env_steps_sampled, changed = r.iteration, r.env_steps_sampled, True
+        if counted and (r.iteration > job.iteration or r.env_steps_sampled > job.env_steps_sampled):
+            job.iteration = max(job.iteration, r.iteration)
+            job.env_steps_sampled = max(job.env_steps_sampled, r.env_steps_sampled)
+            changed = True
         if r.last_checkpoint and r.last_checkpoint != job.last_checkpoint:
             job.last_checkpoint, changed = r.last_checkpoint[:4096], True
         if changed:

@@ -1,15 +1,40 @@
-"""An Algorithm's checkpoint state: what a checkpoint holds, how it is restored, and
-when a run may continue from it.
+"""An Algorithm's state: what the driver keeps durable, how a run resumes from the
+newest state that still exists, and when a run may continue from a state at all.
 
-    state = get_state(algo)            # msgpack + numpy only; CHECKPOINT_FORMAT
+    state = get_state(algo)            # checkpoint: driver state + learner state (CHECKPOINT_FORMAT)
+    small = driver_state(algo)         # every iteration (StateWriter): no learner tensors
     path = save_checkpoint(algo)       # output_dir/checkpoints/checkpoint_<iteration>.ftrl
-    resume(algo)                       # newest valid checkpoint -> set_state(); trims metrics.jsonl
+    resume(algo)                       # newest state -> counters, filter, learner; rows kept
 
-A checkpoint holds the counters (iteration, env steps, training time), the config and
-space spec it was made with, the learner's state, the observation filter, the episode
-window, the runners' failure counters and the global RNG states (python, numpy, torch;
-`ftrl.util.rng_state`).
-`check_resume_compatible` refuses a checkpoint made for another algorithm, env,
+The **driver state** of an iteration holds the counters (iteration, env steps, training
+time, the runners' and learners' failure counters), the config and space spec, the
+observation filter, the episode window, the global RNG states (python, numpy, torch;
+`ftrl.util.rng_state`), the incarnation of every runner and learner the driver knew, the
+learner's weights version, and the iteration's metrics row. `ftrl.rl.state_writer`
+writes it after every iteration (output_dir/driver_state.ftrl), and the learner's own
+state beside it (learner_state.ftrl). A checkpoint is the same driver state with the
+learner state inside.
+
+**Resume** (a restarted driver, `--resume`) takes the newest of driver_state.ftrl and
+the newest valid checkpoint, so a driver that died costs at most the iteration in
+flight. The learner state, from the first source that has the version the state names:
+
+1. the live learner group (learners that outlived the driver hold the current weights
+   and optimizer: nothing is loaded, the new driver re-attaches to them);
+2. learner_state.ftrl, then the checkpoint;
+3. failing those, the newest learner state found (older weights; the counters go on,
+   logged as a warning).
+
+Counters never go backwards: if metrics.jsonl (or the coordinator's record of the job,
+`known_row`) holds a row newer than the state (a state that was lost or corrupted), the
+counters continue from that row. Rows of metrics.jsonl are never removed (only a line
+torn by a crash). Runners and learners that restarted while the driver was away are
+counted once, against the incarnations in the state (`EnvRunnerGroup.reconcile`,
+`LearnerGroup.resume_at`); a driver that dies again before its next state counts them
+again from the same state, so never twice. Observation filters: a runner synced after
+the state was written (the state was lost) hands its newer filter over.
+
+`check_resume_compatible` refuses a state made for another algorithm, env,
 observation filter, model or spaces.
 
 The `Algorithm` methods (`get_state`, `set_state`, `save_checkpoint`, `check_compatible`,
@@ -25,8 +50,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftrl.config import AlgorithmConfig
+from ftrl.rl.checkpoint import CheckpointManager
 from ftrl.rl.env_runner import config_from_dict
 from ftrl.rl.spaces import SpaceSpec
+from ftrl.rl.state_writer import DRIVER_STATE_FILE, LEARNER_STATE_FILE, load_state_file
 from ftrl.util.rng_state import global_rng_from_wire, global_rng_to_wire
 from ftrl.wire.errors import ConfigError
 
@@ -38,13 +65,20 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = 1
 #: Config keys a resumed run must share with its checkpoint.
 _FIXED_ON_RESUME = ("algo", "env", "observation_filter")
+#: Row keys that are counters a resumed run continues from (a row newer than its state).
+_ROW_RUNNER_COUNTERS = ("num_env_runner_restarts", "num_env_runner_failures", "num_sub_env_restarts",
+                        "num_samples_late", "num_samples_dropped", "env_steps_dropped", "num_samples_lost")
 
 
 # --------------------------------------------------------------------------- state
 
 
-def get_state(algo: Algorithm) -> dict[str, Any]:
-    """Everything a checkpoint of `algo` holds (msgpack + numpy only)."""
+def driver_state(algo: Algorithm) -> dict[str, Any]:
+    """The state of the iteration just finished, without the learner's tensors (msgpack +
+    numpy only), with its metrics row (a resume writes a row its state has and
+    metrics.jsonl lacks)."""
+    group = algo.learner_group
+    row = algo.last_row if algo.last_row is not None and algo.last_row.get("iteration") == algo.iteration else None
     return {
         "format": CHECKPOINT_FORMAT,
         "algo": algo.config.algo_name,
@@ -52,29 +86,48 @@ def get_state(algo: Algorithm) -> dict[str, Any]:
         "env_steps_sampled": algo.env_steps_sampled,
         "env_steps_trained": algo.env_steps_trained,
         "time_s": algo.time_s,
-        "config": algo.config.to_dict(),
-        "space_spec": algo.spec.to_dict(),
-        "learner": algo.learner.get_state(),
+        "config": algo.config_dict,
+        "space_spec": algo.spec_dict,
+        "learner_version": algo.learner_version,
+        "learner_counters": group.get_counters() if group is not None else {},
         "filter": algo.filter.get_state(),
         "episodes": algo.episodes.get_state(),
         "runner_counters": runner_counters(algo),
+        "actors": known_actors(algo),
         "rng": global_rng_to_wire(),
+        "row": row,
         "saved_at": time.time(),
     }
 
 
+def get_state(algo: Algorithm) -> dict[str, Any]:
+    """Everything a checkpoint of `algo` holds (msgpack + numpy only)."""
+    return {**driver_state(algo), "learner": algo.learner.get_state()}
+
+
 def set_state(algo: Algorithm, state: dict[str, Any]) -> None:
-    """Restore `algo` from `get_state()` output (refused by `algo.check_compatible`)."""
+    """Restore `algo` from `get_state()` output (refused by `algo.check_compatible`);
+    the learner takes the state's learner as it is."""
     algo.check_compatible(state)
     algo.learner.set_state(state["learner"])
+    _set_driver_state(algo, state)
+
+
+def _set_driver_state(algo: Algorithm, state: dict[str, Any]) -> None:
+    """Everything but the learner: counters, filter, episodes, RNG; the runners' counters
+    and incarnations are applied once the runners exist (`restore_runner_counters`)."""
     algo.filter.set_state(state["filter"])
     algo.episodes.set_state(state["episodes"])
     algo.iteration = int(state["iteration"])
     algo.env_steps_sampled = int(state["env_steps_sampled"])
     algo.env_steps_trained = int(state.get("env_steps_trained", 0))
     algo._time_base = float(state.get("time_s", 0.0))
-    # applied once the runners exist (restore_runner_counters)
     algo._saved_runner_counters = state.get("runner_counters") or {}
+    algo._saved_actors = state.get("actors") or {}
+    group = algo.learner_group
+    if group is not None:
+        group.set_counters(state.get("learner_counters") or {})
+        group.remember_previous(algo._saved_actors.get("learners") or [])
     global_rng_from_wire(state.get("rng") or {})
     algo._last_checkpoint_iter = algo.iteration
 
@@ -114,28 +167,131 @@ def save_checkpoint(algo: Algorithm) -> Path:
     return path
 
 
-def resume(algo: Algorithm) -> None:
-    """Restore `algo` from the newest valid checkpoint under output_dir/checkpoints and
-    drop metrics.jsonl lines past it; with none, start fresh (metrics.jsonl emptied)."""
-    if algo.checkpoints is None:
+def has_saved_state(output_dir: str | Path) -> bool:
+    """Whether `output_dir` holds a run's state (a driver state or a checkpoint file)."""
+    out = Path(output_dir)
+    return (out / DRIVER_STATE_FILE).exists() or any((out / "checkpoints").glob("checkpoint_*.ftrl"))
+
+
+def newest_state(output_dir: str | Path) -> tuple[dict[str, Any], Path] | None:
+    """The newest valid state under `output_dir`: driver_state.ftrl or the newest valid
+    checkpoint, whichever has the higher iteration (the driver state on a tie)."""
+    out = Path(output_dir)
+    found = []
+    driver = load_state_file(out / DRIVER_STATE_FILE)
+    if driver is not None:
+        found.append((driver, out / DRIVER_STATE_FILE))
+    checkpoint = CheckpointManager(out / "checkpoints").load_latest()
+    if checkpoint is not None:
+        found.append(checkpoint)
+    if not found:
+        return None
+    return max(found, key=lambda sp: int(sp[0].get("iteration", 0)))  # first wins a tie
+
+
+def forget_saved_state(output_dir: str | Path) -> None:
+    """A fresh run in `output_dir`: the driver and learner state of an earlier run go."""
+    for name in (DRIVER_STATE_FILE, LEARNER_STATE_FILE):
+        (Path(output_dir) / name).unlink(missing_ok=True)
+
+
+def resume(algo: Algorithm, known_row: dict[str, Any] | None = None) -> None:
+    """Continue `algo` from the newest state under output_dir (module docstring);
+    `known_row`: the newest row the coordinator holds for this job, if any."""
+    if algo.output_dir is None or algo.metrics_log is None:
         raise ConfigError("resume needs an output directory")
-    found = algo.checkpoints.load_latest()
-    if found is None:
-        log.warning("no valid checkpoint under %s: starting fresh", algo.checkpoints.directory)
-        if algo.metrics_log is not None:
-            algo.metrics_log.truncate_after(0)
+    dropped = algo.metrics_log.drop_torn_lines()
+    if dropped:
+        log.warning("dropped %d torn lines from %s", dropped, algo.metrics_log.path)
+    found = newest_state(algo.output_dir)
+    state = found[0] if found is not None else None
+    wanted: int | None = None
+    if found is not None:
+        algo.check_compatible(found[0])
+        _set_driver_state(algo, found[0])
+        algo.restored_from = found[1]
+        wanted = int(found[0]["learner_version"]) if "learner_version" in found[0] else int(found[0]["learner"]["version"])
+        algo._filter_version = wanted  # the filter restored is the one synced with these weights
+        row = found[0].get("row")
+        last = algo.metrics_log.last()
+        if row and (last is None or last["iteration"] < algo.iteration):
+            algo.metrics_log.append(row)  # its state was durable, its row not yet (nor reported)
+            algo.rows_to_report.append(row)
+    newest = max((r for r in (algo.metrics_log.last(), known_row) if r and isinstance(r.get("iteration"), int)),
+                 key=lambda r: r["iteration"], default=None)
+    if newest is not None and newest["iteration"] > algo.iteration:
+        log.warning("the newest state is iteration %d but iteration %d was reported: the counters go on "
+                    "from there", algo.iteration, newest["iteration"])
+        _counters_from_row(algo, newest)
+        if isinstance(newest.get("weights_version"), int):
+            wanted = int(newest["weights_version"])
+    if wanted is None:
+        log.warning("no state under %s: starting fresh", algo.output_dir)
         return
-    state, path = found
-    algo.set_state(state)
-    algo.restored_from = path
-    if algo.metrics_log is not None:
-        dropped = algo.metrics_log.truncate_after(algo.iteration)
-        if dropped:
-            log.info("dropped %d metrics lines past iteration %d", dropped, algo.iteration)
-    log.info("resumed from %s (iteration %d, %d env steps)", path, algo.iteration, algo.env_steps_sampled)
+    last = algo.metrics_log.last()
+    algo.last_row = last if last is not None and last["iteration"] == algo.iteration else None
+    _restore_learner(algo, wanted, state)
+    log.info("resumed from %s (iteration %d, %d env steps, learner version %d)",
+             algo.restored_from or "metrics rows", algo.iteration, algo.env_steps_sampled, algo.learner_version)
 
 
-# --------------------------------------------------------------------------- runner failure counters
+def _restore_learner(algo: Algorithm, wanted: int, state: dict[str, Any] | None) -> None:
+    """The learner at weights version `wanted`, from the first source that has it
+    (module docstring); older weights only when nothing has that version."""
+    assert algo.output_dir is not None
+    candidates = [load_state_file(algo.output_dir / LEARNER_STATE_FILE), (state or {}).get("learner")]
+    if not any(_has_version(c, wanted) for c in candidates) and algo.checkpoints is not None:
+        checkpoint = algo.checkpoints.load_latest()  # an older state: it may still hold it
+        candidates.append(checkpoint[0].get("learner") if checkpoint is not None else None)
+    candidates = [c for c in candidates if isinstance(c, dict) and isinstance(c.get("version"), int)]
+    exact = next((c for c in candidates if _has_version(c, wanted)), None)
+    fallback = exact or max(candidates, key=lambda c: int(c["version"]), default=None)
+    group = algo.learner_group
+    if group is not None:
+        group.resume_at(wanted, fallback)  # live learners holding `wanted` come first
+        return
+    if fallback is None:
+        log.warning("no learner state of version %d under %s: the learner starts fresh", wanted, algo.output_dir)
+        return
+    if exact is None:
+        log.warning("no learner state of version %d under %s: continuing from version %d", wanted,
+                    algo.output_dir, int(fallback["version"]))
+    algo.learner.set_state(fallback)
+
+
+def _has_version(learner_state: Any, version: int) -> bool:
+    return isinstance(learner_state, dict) and learner_state.get("version") == version
+
+
+def _counters_from_row(algo: Algorithm, row: dict[str, Any]) -> None:
+    """Continue the counters from a metrics row newer than the state."""
+    algo.iteration = int(row["iteration"])
+    algo.env_steps_sampled = int(row.get("env_steps_sampled") or algo.env_steps_sampled)
+    algo.env_steps_trained = int(row.get("env_steps_trained") or algo.env_steps_trained)
+    algo._time_base = max(algo._time_base, float(row.get("time_s") or 0.0))
+    algo.episodes.episodes_total = max(algo.episodes.episodes_total, int(row.get("episodes_total") or 0))
+    counters = {k: int(row[k]) for k in _ROW_RUNNER_COUNTERS if isinstance(row.get(k), int)}
+    algo._saved_runner_counters = {**algo._saved_runner_counters, "env_runners": counters}
+    algo._saved_actors = {}  # its incarnations are not known: nothing to reconcile against
+    group = algo.learner_group
+    if group is not None:
+        group.set_counters(group.counters_from_row(row))
+    algo._last_checkpoint_iter = -1
+
+
+# --------------------------------------------------------------------------- runners and learners
+
+
+def known_actors(algo: Algorithm) -> dict[str, Any]:
+    """The incarnation (and the runtime's restart count) of each runner and learner the
+    driver knows, by group (what `EnvRunnerGroup.reconcile` and the learner group compare
+    a resumed driver's actors to)."""
+    out: dict[str, Any] = {}
+    for key, group in (("env_runners", algo.env_runner_group), ("eval_runners", algo.eval_runner_group),
+                       ("learners", algo.learner_group)):
+        if group is not None:
+            out[key] = group.known_incarnations()
+    return out
 
 
 def runner_counters(algo: Algorithm) -> dict[str, Any]:
@@ -152,11 +308,29 @@ def runner_counters(algo: Algorithm) -> dict[str, Any]:
 
 def restore_runner_counters(algo: Algorithm) -> None:
     """Failure counters continue across a resume (they never go backwards). Called once
-    the runners exist, with what `set_state` kept aside."""
+    the runners exist (their `start` counted the ones that restarted meanwhile), with
+    what `set_state` kept aside."""
     saved = algo._saved_runner_counters
-    if algo.env_runner_group is not None and "env_runners" in saved:
-        algo.env_runner_group.set_counters(saved["env_runners"])
-    if algo.eval_runner_group is not None and "eval_runners" in saved:
-        algo.eval_runner_group.set_counters(saved["eval_runners"])
+    for key, group in (("env_runners", algo.env_runner_group), ("eval_runners", algo.eval_runner_group)):
+        if group is not None and key in saved:
+            group.set_counters(saved[key])
     if algo.local_runner is not None and "local_sub_env_restarts" in saved:
         algo.local_runner.num_sub_env_restarts += int(saved["local_sub_env_restarts"])
+
+
+def adopt_runner_filter(algo: Algorithm) -> None:
+    """After a resume: a runner that the previous driver synced after the state it
+    resumed from (that state was lost) holds the newer central observation filter."""
+    group = algo.env_runner_group
+    if group is None or algo.restored_from is None or algo.filter.kind == "NoFilter":
+        return
+    newest = group.newest_synced_filter()
+    if newest is None or newest[0] <= algo._filter_version:
+        return
+    try:
+        algo.filter.set_state(newest[1])
+    except ValueError as e:
+        log.warning("ignoring the runners' observation filter: %s", e)
+        return
+    log.info("observation filter taken from a runner synced at version %d (the state's is of version %d)",
+             newest[0], algo._filter_version)

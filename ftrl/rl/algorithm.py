@@ -12,8 +12,13 @@ checkpoints. Two neighbours hold the remainder, behind methods that delegate to 
 
 - ftrl.rl.run_loop: `run()`/`finish()`, training to a stop criterion, Ctrl-C/SIGTERM,
   the final checkpoint and result.json.
-- ftrl.rl.algo_state: `get_state()`/`set_state()`/`save_checkpoint()`, resume and
-  `check_resume_compatible`.
+- ftrl.rl.algo_state: `get_state()`/`set_state()`/`save_checkpoint()`, resume from the
+  newest state that exists, and `check_resume_compatible`.
+
+With an output_dir, each iteration's state and row go to disk off the training path
+(ftrl.rl.state_writer: driver_state.ftrl, then the row in metrics.jsonl, then
+`on_row_durable(row)`); `flush_state()` waits for them, `stop()` and the end of `run()`
+do so too.
 
 Runners: with `num_env_runners=0` the Algorithm samples with a local EnvRunner in its
 own process (for the whole run: a run cannot go to or from 0 runners while it runs).
@@ -49,10 +54,11 @@ from ftrl.rl.env_factory import probe_spaces
 from ftrl.rl.env_runner import EnvRunner
 from ftrl.rl.filters import make_filter
 from ftrl.rl.learner_group import LearnerGroup
-from ftrl.rl.metrics import EpisodeWindow, MetricsLog
+from ftrl.rl.metrics import EpisodeWindow, MetricsLog, json_safe
 from ftrl.rl.runner_group import EnvRunnerGroup
 from ftrl.rl.sample_batch import check_fragment
 from ftrl.rl.spaces import SpaceSpec, space_spec
+from ftrl.rl.state_writer import LearnerSource, StateWriter
 from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -63,8 +69,11 @@ class Algorithm:
         config: a validated (or validatable) AlgorithmConfig.
         client: object with `create_actor` / `kill_actor` (needed for remote runners).
         output_dir: where metrics.jsonl, checkpoints/ and result.json go (None: nowhere).
-        resume: restore the newest valid checkpoint under output_dir/checkpoints.
+        resume: continue from the newest state under output_dir (driver_state.ftrl or
+            a checkpoint; see ftrl.rl.algo_state).
         job_name: prefix of actor names (`JOB/env_runner/I`).
+        known_row: with `resume`, the newest metrics row reported elsewhere (the
+            coordinator's record of the job): the counters never go back past it.
     """
 
     def __init__(
@@ -75,6 +84,7 @@ class Algorithm:
         output_dir: str | Path | None = None,
         resume: bool = False,
         job_name: str = "ftrl",
+        known_row: dict[str, Any] | None = None,
     ):
         self.config = config.copy()
         self.config.validate()
@@ -88,6 +98,8 @@ class Algorithm:
         self.job_name = job_name
         obs_space, act_space = probe_spaces(cfg.environment_cfg.env, cfg.environment_cfg.env_config)
         self.spec: SpaceSpec = space_spec(obs_space, act_space)
+        self.config_dict = cfg.to_dict()  # what every state holds (made once: the config is fixed)
+        self.spec_dict = self.spec.to_dict()
         self.filter = make_filter(cfg.env_runners_cfg.observation_filter, (self.spec.obs_dim,))
         self.episodes = EpisodeWindow(cfg.reporting_cfg.metrics_num_episodes_for_smoothing)
         # counters (checkpointed)
@@ -102,13 +114,22 @@ class Algorithm:
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.checkpoints: CheckpointManager | None = None
         self.metrics_log: MetricsLog | None = None
+        self.state_writer: StateWriter | None = None
+        #: called (on the state writer's thread) with each row once it is on disk
+        self.on_row_durable: Callable[[dict[str, Any]], Any] | None = None
         if self.output_dir is not None:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", cfg.checkpointing_cfg.keep_checkpoints)
             self.metrics_log = MetricsLog(self.output_dir / "metrics.jsonl")
+            self.state_writer = StateWriter(self.output_dir, self.metrics_log, on_durable=self._row_durable)
         self.restored_from: Path | None = None
         self.last_checkpoint: Path | None = None  # written by this run (save_checkpoint)
         self._saved_runner_counters: dict[str, Any] = {}
+        self._saved_actors: dict[str, Any] = {}  # incarnations in the resumed state, by group
+        self._filter_version = -1  # the weights version the resumed state's filter was synced with
+        self._persisted_learner_version = -1  # of the last learner state handed to the writer
+        self.last_row: dict[str, Any] | None = None  # the metrics row of the newest iteration
+        self.rows_to_report: list[dict[str, Any]] = []  # written by the resume, not reported yet
         # the cluster (for remote runners and learners)
         self._own_client = False
         needs_client = cfg.env_runners_cfg.num_env_runners > 0 or cfg.learners_cfg.num_learners > 0 or (
@@ -131,14 +152,19 @@ class Algorithm:
         try:
             self.learner = self._make_learner()
             if resume:
-                self._resume()
-            elif self.metrics_log is not None and self.metrics_log.path.exists():
+                self._resume(known_row)
+            elif self.output_dir is not None:
                 # a fresh run: iterations restart at 1, so old lines would repeat them
-                dropped = self.metrics_log.truncate_after(0)
-                log.warning("fresh run in %s: dropped %d old metrics lines", self.output_dir, dropped)
+                algo_state.forget_saved_state(self.output_dir)
+                if self.metrics_log is not None and self.metrics_log.path.exists():
+                    dropped = self.metrics_log.truncate_after(0)
+                    log.warning("fresh run in %s: dropped %d old metrics lines", self.output_dir, dropped)
             self._setup_runners()
             algo_state.restore_runner_counters(self)
+            algo_state.adopt_runner_filter(self)
             self.sync_weights()
+            if self.state_writer is not None:
+                self.state_writer.start()
         except BaseException:
             self.stop()
             raise
@@ -195,7 +221,7 @@ class Algorithm:
             self.local_runner = EnvRunner(cfg, worker_index=0, space_spec=spec, set_torch_threads=False)
         else:
             self.env_runner_group = EnvRunnerGroup(self.client, cfg, job_name=self.job_name, space_spec=spec)
-            self.env_runner_group.start()
+            self.env_runner_group.start(self._saved_actors.get("env_runners"))
         if cfg.evaluation_cfg.evaluation_interval is not None:
             if cfg.evaluation_cfg.evaluation_num_env_runners == 0:
                 self.eval_local_runner = EnvRunner(cfg, worker_index=0, evaluation=True, space_spec=spec, set_torch_threads=False)
@@ -203,7 +229,7 @@ class Algorithm:
                 self.eval_runner_group = EnvRunnerGroup(
                     self.client, cfg, job_name=self.job_name, space_spec=spec, evaluation=True
                 )
-                self.eval_runner_group.start()
+                self.eval_runner_group.start(self._saved_actors.get("eval_runners"))
 
     # ------------------------------------------------------------------ the loop
 
@@ -229,12 +255,47 @@ class Algorithm:
         interval = self.config.evaluation_cfg.evaluation_interval
         if interval is not None and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()
-        if self.metrics_log is not None:
-            self.metrics_log.append(result)
+        self.last_row = json_safe(result)  # what this iteration's states hold as its row
         ck = self.config.checkpointing_cfg.checkpoint_interval
         if self.checkpoints is not None and ck > 0 and self.iteration % ck == 0:
             self.save_checkpoint()
+        self._persist(self.last_row)
         return result
+
+    def _persist(self, row: dict[str, Any]) -> None:
+        """Hand this iteration's state and row to the state writer (never waits for the
+        disk; ftrl.rl.state_writer)."""
+        if self.state_writer is None:
+            return
+        self.state_writer.submit(self.iteration, algo_state.driver_state(self), row, self._learner_source())
+
+    def _learner_source(self) -> LearnerSource:
+        """The learner state to write beside the driver state, when its version changed:
+        copied now from an in-process learner, fetched by the writer from a remote one."""
+        version = self.learner_version
+        if version == self._persisted_learner_version:
+            return None
+        self._persisted_learner_version = version
+        group = self.learner_group
+        if group is None:
+            return self.learner.get_state()
+        return lambda: group.state_at(version)
+
+    def _row_durable(self, row: dict[str, Any]) -> None:
+        callback = self.on_row_durable
+        if callback is not None:
+            callback(row)
+
+    def flush_state(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every finished iteration's state and row are on disk; whether they are."""
+        return self.state_writer.flush(timeout_s) if self.state_writer is not None else True
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest checkpoint file under output_dir/checkpoints (None if there is none)."""
+        if self.checkpoints is None:
+            return None
+        found = self.checkpoints.list()
+        return found[-1][1] if found else None
 
     def _result(self, algo_result: dict[str, Any], iter_time: float) -> dict[str, Any]:
         result: dict[str, Any] = {
@@ -309,9 +370,14 @@ class Algorithm:
         assert group is not None
         timeout = self.config.env_runners_cfg.sample_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
+        if group.latest_version != self.learner_version:  # never sample with other weights
+            self.sync_weights()
+        rounds = 0
         while got < target and time.monotonic() < deadline:
             group.wait_for_healthy()
-            round_ = group.sample(target - got, current_version=self.learner_version)
+            # a round after a short one (a runner died, a late fragment): just the missing steps
+            round_ = group.sample(target - got, current_version=self.learner_version, top_up=rounds > 0)
+            rounds += 1
             for result in round_.results:
                 self._record(result, used=not result.get("dropped", False))
                 if not result.get("dropped", False):
@@ -322,6 +388,8 @@ class Algorithm:
                         continue
                     fragments.append(result["batch"])
             got += round_.env_steps
+            if not round_.results and not group.in_flight():  # nothing could be asked: no hot loop
+                time.sleep(0.01)
         return fragments
 
     def _record(self, result: dict[str, Any], used: bool = True) -> None:
@@ -444,8 +512,8 @@ class Algorithm:
         """Restore from `get_state()` output (after `check_compatible`)."""
         algo_state.set_state(self, state)
 
-    def _resume(self) -> None:
-        algo_state.resume(self)
+    def _resume(self, known_row: dict[str, Any] | None = None) -> None:
+        algo_state.resume(self, known_row)
 
     # ------------------------------------------------------------------ running to a stop (ftrl.rl.run_loop)
 
@@ -483,6 +551,8 @@ class Algorithm:
         if self._stopped:
             return
         self._stopped = True
+        if self.state_writer is not None and not self.state_writer.close():
+            log.error("stopping: the newest state and rows were not all written to %s", self.output_dir)
         for runner in (self.local_runner, self.eval_local_runner):
             if runner is not None:
                 runner.stop()

@@ -4,19 +4,22 @@
                         kwargs={"job": job_spec_dict, "output_dir": "/runs/job"},
                         max_restarts=10)
 
-The constructor returns at once; training runs on a thread of the actor. Runners are
-created through the actor's own client (`get_runtime_context().client()`) under the
-job's name, with `get_if_exists`, so a driver that was killed and restarted in place
-re-attaches to the runners that stayed up, and resumes from the newest valid checkpoint
-in `output_dir` (iteration and env steps never go backwards past it). `status()`
-reports progress; `stop()` asks for a stop after the current iteration.
+The constructor returns at once; training runs on a thread of the actor. Runners and
+learners are created through the actor's own client (`get_runtime_context().client()`)
+under the job's name, with `get_if_exists`, so a driver that was killed and restarted
+(in place, or on another node when its node was lost) re-attaches to the runners and
+learners that stayed up and resumes from the newest state that still exists
+(ftrl.rl.algo_state: the per-iteration driver_state.ftrl, the live learners' weights
+and optimizer, the coordinator's record of the job): a driver's death costs at most
+the iteration in flight, and no row of metrics.jsonl is removed. `status()` reports
+progress; `stop()` asks for a stop after the current iteration.
 Outside an actor (tests), pass `client=` in-process.
 
 Inside an actor the driver also reports to its job record on the coordinator through
 a `JobLink` (ftrl.rl.job_link; never in training's way): STARTING at once, RUNNING
-once built, every iteration's metrics row with the newest checkpoint, and the final
-stage (FINISHED: a stop criterion; STOPPED: on request; FAILED: the error) before it
-ends. Each reply may ask for a stop or for other numbers of env runners / learners,
+once built, every iteration's metrics row (once it is on disk) with the newest
+checkpoint, and the final stage (FINISHED: a stop criterion; STOPPED: on request;
+FAILED: the error) before it ends. Each reply may ask for a stop or for other numbers of env runners / learners,
 applied at the next boundary. The wanted sizes are not checkpointed: a restarted
 driver starts with the job's configured sizes and the coordinator's wanted ones are
 applied from its first reply.
@@ -36,6 +39,7 @@ from typing import Any
 
 from ftrl.client.jobs import FINAL_STAGES
 from ftrl.config import load_job
+from ftrl.rl.algo_state import has_saved_state
 from ftrl.rl.job_link import JobLink
 from ftrl.rl.metrics import json_safe
 from ftrl.rl.run_loop import StopRequest
@@ -83,6 +87,7 @@ class AlgorithmDriver:
         if job_client is None and ctx is not None:
             job_client = ctx.client()
         self.client = client
+        self.job_client = job_client
         self.job_name = job_name
         self.output_dir = Path(output_dir)
         self._stop = StopRequest()
@@ -107,10 +112,13 @@ class AlgorithmDriver:
         algo = None
         final: dict[str, Any] = {}
         try:
-            has_checkpoints = any((self.output_dir / "checkpoints").glob("checkpoint_*.ftrl"))
+            # a restarted driver (or one whose job has a state) resumes: never from scratch
+            resume = has_saved_state(self.output_dir) or self.incarnation > 1
             algo = self.spec.config.build(
-                client=self.client, output_dir=self.output_dir, resume=has_checkpoints, job_name=self.job_name
+                client=self.client, output_dir=self.output_dir, resume=resume, job_name=self.job_name,
+                known_row=self._known_row() if resume else None,
             )
+            algo.on_row_durable = self._on_row_durable
             self._algo = algo
             self._set(
                 stage="RUNNING",
@@ -119,8 +127,10 @@ class AlgorithmDriver:
                 restored_from=str(algo.restored_from) if algo.restored_from else None,
             )
             if self.link is not None:
+                for row in algo.rows_to_report:  # a row its predecessor wrote no report of
+                    self.link.report(row=row)
                 self.link.report("RUNNING", iteration=algo.iteration, env_steps_sampled=algo.env_steps_sampled,
-                                 last_checkpoint=str(algo.restored_from or ""))
+                                 last_checkpoint=str(algo.latest_checkpoint() or ""))
             summary = algo.run(self.spec.stop, on_result=self._on_result, stop_event=self._stop)
             reason = summary["stop_reason"]
             if reason == "drained":
@@ -175,6 +185,26 @@ class AlgorithmDriver:
             self.link.finish(final["stage"], str(final.get("reason") or ""), timeout_s=FINAL_REPORT_TIMEOUT_S,
                              **fields)
 
+    def _known_row(self) -> dict[str, Any] | None:
+        """The newest metrics row the coordinator holds for this job (None when it is
+        unreachable within a few seconds, or has none): a resume never goes back past it."""
+        if self.job_client is None or not hasattr(self.job_client, "job_status"):
+            return None
+        try:
+            row = self.job_client.job_status(self.job_name).get("metrics")
+        except Exception as e:  # unreachable, no such job (a driver started by hand)
+            log.info("job %s: no record of its progress from the coordinator (%s)", self.job_name, e)
+            return None
+        return row if isinstance(row, dict) and isinstance(row.get("iteration"), int) else None
+
+    def _on_row_durable(self, row: dict[str, Any]) -> None:
+        """A row is on disk (the state writer's thread): report it to the coordinator."""
+        algo = self._algo
+        if self.link is None or algo is None:
+            return
+        self.link.report("RUNNING", iteration=row["iteration"], env_steps_sampled=row["env_steps_sampled"],
+                         row=row, last_checkpoint=str(algo.latest_checkpoint() or ""))
+
     def _on_result(self, result: dict[str, Any]) -> None:
         self._set(
             result={k: v for k, v in result.items() if k in _PROGRESS_KEYS},
@@ -185,11 +215,6 @@ class AlgorithmDriver:
             num_env_runner_restarts=result.get("num_env_runner_restarts"),
             time_s=result.get("time_s"),
         )
-        algo = self._algo
-        if self.link is not None and algo is not None:
-            checkpoint = algo.last_checkpoint or algo.restored_from
-            self.link.report("RUNNING", iteration=result["iteration"], env_steps_sampled=result["env_steps_sampled"],
-                             row=json_safe(result), last_checkpoint=str(checkpoint or ""))
 
     def _on_job_info(self, info: dict[str, Any]) -> None:
         """A reply of the coordinator (on the link's thread): a stop request stops the run

@@ -182,6 +182,7 @@ class EnvRunner:
             self._watchdog.close()
             raise
         self.weights_version = -1
+        self._synced_filter: dict[str, Any] | None = None  # what the driver sent last (synced_filter)
 
         e, d = self.num_envs, self.spec.obs_dim
         self._obs = np.zeros((e, d), np.float32)
@@ -758,7 +759,14 @@ class EnvRunner:
             self.weights_version = int(version)
             if filter_state is not None:
                 self.filter.set_state(filter_state)
+                self._synced_filter = filter_state
             return {"weights_version": self.weights_version}
+
+    def synced_filter(self) -> dict[str, Any]:
+        """The weights version and the observation filter state the driver sent with it
+        last (None before any): the central filter, for a driver that lost its own."""
+        with self._lock:
+            return {"weights_version": self.weights_version, "filter": self._synced_filter}
 
     def weights_address(self) -> str:
         """host:port of this runner's server on the weights plane (started on first use),

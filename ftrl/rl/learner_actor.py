@@ -220,9 +220,13 @@ class LearnerActor:
     def get_weights(self) -> tuple[int, np.ndarray]:
         return self.learner.get_weights()
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self, version: int | None = None) -> dict[str, Any]:
+        """The learner state (a checkpoint's); with `version`, only if it is that weights
+        version (MeshChanged otherwise: the learner moved on)."""
         self._acquire()
         try:
+            if version is not None and self.learner.version != version:
+                raise MeshChanged(f"{self.name} holds version {self.learner.version}, not {version}")
             return self.learner.get_state()
         finally:
             self._lock.release()

@@ -86,6 +86,13 @@ class LearnerWaitTimeout(LearnerGroupError):
     """Fewer than min_learners for longer than learner_wait_timeout_s."""
 
 
+def _own_failure(error: BaseException) -> bool:
+    """Whether a member's failed call was its own failure, not a peer's seen from it."""
+    if isinstance(error, ActorError):
+        return _remote_kind(error) not in COLLATERAL
+    return isinstance(error, FtrlError)
+
+
 def _remote_kind(error: BaseException) -> str:
     if isinstance(error, ActorError):
         return error.remote_type.rsplit(".", 1)[-1]
@@ -158,16 +165,24 @@ class LearnerGroup(ActorGroup):
         self.entered_epoch = 0
         self._spent: set[int] = set()  # epochs never to enter (again): their store keys are used
         self.restore_state: dict[str, Any] | None = None
+        # loaded only when no live member holds `version` (a resumed driver: resume_at)
+        self.fallback_state: dict[str, Any] | None = None
         self._restore_weights = False
         self.latest_weights: tuple[int, np.ndarray] | None = None
         self._creating: dict[str, cf.Future] = {}  # learners being created, by name
         self._start_failures: dict[str, int] = {}  # failed starts in a row, by name
         self._recreate_at: dict[str, float] = {}  # learners to create again, and when
         self._lock = threading.Lock()
-        # counters (cumulative)
+        # counters (cumulative; a driver state holds them: get_counters)
         self.num_reformations = 0
         self.num_update_retries = 0
         self.num_learners_evicted = 0
+        self.num_learner_restarts = 0  # incarnation changes of learners
+        self.num_learner_failures = 0  # failed calls that were a learner's own (not collateral)
+        self._entered_any = False  # this group (driver) entered an epoch already
+        self._incarnations: dict[str, tuple[int, int]] = {}  # name -> (incarnation, runtime restarts)
+        self._previous: dict[str, tuple[int, int]] = {}  # what a previous driver knew (remember_previous)
+        self._failed: set[str] = set()  # learners whose own failure was counted since their last restart
         self.last_reform_s = 0.0
         self.last_update_members = 0
         self._consecutive_failures = 0
@@ -202,6 +217,7 @@ class LearnerGroup(ActorGroup):
             del self._creating[name]
             try:
                 fut.result()
+                self._adopt_created(name)
             except FtrlError as e:
                 if "refused" in str(e) or "config hash" in str(e):
                     log.error("learner %s failed to start: %s", name, e)
@@ -217,6 +233,45 @@ class LearnerGroup(ActorGroup):
                 self._recreate_at[name] = now + pause
             else:
                 self._start_failures.pop(name, None)
+
+    def _adopt_created(self, name: str) -> None:
+        """A learner was created or re-attached: count it as restarted when a previous
+        driver knew another incarnation of it (`resume_at`), then follow it."""
+        slot = next((s for s in self.slots if s.name == name), None)
+        if slot is None or slot.handle is None:
+            return
+        previous = self._previous.pop(name, None)
+        before = previous or self._incarnations.get(name)
+        if before is not None and slot.incarnation != before[0]:
+            self._count_restart(name, before, slot.incarnation, slot.runtime_restarts, away=previous is not None)
+        self._incarnations[name] = (slot.incarnation, slot.runtime_restarts)
+
+    def _note_incarnations(self, view: dict[str, Any]) -> None:
+        """Count each learner the mesh shows under a newer incarnation than last seen."""
+        for m in [*view.get("members", []), *view.get("waiting", [])]:
+            name, incarnation = str(m["name"]), int(m["incarnation"])
+            before = self._incarnations.get(name)
+            if before is None or incarnation <= before[0]:
+                continue
+            try:
+                restarts = int(self.client.actor(name).get("restarts", before[1] + 1))
+            except FtrlError:
+                restarts = before[1] + 1  # the coordinator is away: at least one restart
+            self._count_restart(name, before, incarnation, restarts, away=False)
+            self._incarnations[name] = (incarnation, restarts)
+
+    def _count_restart(self, name: str, before: tuple[int, int], incarnation: int, restarts: int,
+                       away: bool) -> None:
+        """Count a learner's restarts since `before` (the runtime's count, at least one);
+        `away`: it restarted while no driver watched, so its failure was not counted
+        either."""
+        n = max(1, restarts - before[1])
+        self.num_learner_restarts += n
+        # every restart was a failure; the driver saw (and counted) at most one of them
+        self.num_learner_failures += n - (0 if away or name not in self._failed else 1)
+        self._failed.discard(name)
+        log.info("learner %s restarted (incarnation %d -> %d%s): counted %d", name, before[0], incarnation,
+                 ", while the driver was away" if away else "", n)
 
     def _handle(self, member: dict[str, Any]) -> Any:
         """A strict handle on the incarnation the epoch names (StaleIncarnationError when
@@ -286,7 +341,7 @@ class LearnerGroup(ActorGroup):
         LEARNER_START_TIMEOUT_S, as learners start, import torch and connect); at most
         MAX_UPDATE_ATTEMPTS failed entries in a row. While the coordinator is away the
         epoch already entered goes on; anything else waits for it, within the same bound."""
-        wait = self.wait_timeout if self.num_reformations else max(self.wait_timeout, LEARNER_START_TIMEOUT_S)
+        wait = self.wait_timeout if self._entered_any else max(self.wait_timeout, LEARNER_START_TIMEOUT_S)
         deadline = time.monotonic() + wait
         waiting_logged = False
         failed_entries = 0
@@ -298,9 +353,10 @@ class LearnerGroup(ActorGroup):
                                          f"(learner_wait_timeout_s): {why}")
             try:
                 view = self._apply_scale(self.client.get_mesh(self.group))
+                self._note_incarnations(view)
                 epoch, members, waiting = view["epoch"], view["members"], view["waiting"]
                 # this driver's first epoch waits for n_init learners; later ones go on with min_learners
-                need = self.n_init if self.num_reformations == 0 else self.min_learners
+                need = self.min_learners if self._entered_any else self.n_init
                 why = (f"{len(members)} of the {need} learners it needs; members: "
                        f"{[m['name'] for m in members]}, waiting: {[m['name'] for m in waiting]}")
                 spent = epoch in self._spent
@@ -404,6 +460,8 @@ class LearnerGroup(ActorGroup):
         first_state = states[members[0]["name"]]
         self.backend, self.device = first_state.get("backend", ""), first_state.get("device", "")
         source = next((i for i, m in enumerate(members) if self.version in states[m["name"]]["versions"]), None)
+        if source is None and self.restore_state is None and self.fallback_state is not None:
+            self._take_fallback()
         restored = source is None or self.restore_state is not None or self._restore_weights
         if restored:
             source = 0
@@ -439,7 +497,9 @@ class LearnerGroup(ActorGroup):
         self.entered_epoch = epoch
         self.view = view
         self.restore_state = None
+        self.fallback_state = None
         self._restore_weights = False
+        self._entered_any = True
         self.num_reformations += 1
         self.last_reform_s = time.monotonic() - t0
         log.info("learner mesh %s: epoch %d entered by %d members in %.3fs (%s, version %d)",
@@ -448,7 +508,12 @@ class LearnerGroup(ActorGroup):
         return True
 
     def _note_failures(self, errors: dict[str, BaseException]) -> None:
-        """Raise on failures that are a learner's own fault, too many times in a row."""
+        """Count the learners whose call failed by their own fault (died, unreachable,
+        hung, raised; not a peer's failure seen from a survivor); raise on user-code
+        failures of one learner too many times in a row."""
+        own_failures = [n for n, e in errors.items() if _own_failure(e)]
+        self.num_learner_failures += len(own_failures)
+        self._failed.update(own_failures)
         own = {n: e for n, e in errors.items()
                if isinstance(e, ActorError) and _remote_kind(e) not in COLLATERAL}
         if not own:
@@ -538,6 +603,42 @@ class LearnerGroup(ActorGroup):
             return self.restore_state
         return self._from_any_member("get_state")
 
+    def state_at(self, version: int) -> dict[str, Any] | None:
+        """The learner state of weights version `version` from a member, or None when the
+        members moved on (the next iteration's state brings a newer one). Any thread: the
+        state writer calls it while the driver samples (learners idle, in PPO)."""
+        if self.restore_state is not None and int(self.restore_state.get("version", -1)) == version:
+            return self.restore_state
+        try:
+            return self._from_any_member("get_state", version)
+        except FtrlError as e:
+            log.debug("learner state of version %d not available: %s", version, e)
+            return None
+
+    def resume_at(self, version: int, fallback: dict[str, Any] | None) -> None:
+        """A resumed driver: continue at weights version `version`, from the live members
+        that hold it (re-attached, nothing is loaded), else from `fallback` (a learner
+        state, possibly of an older version), else from nothing (an error at the first
+        step, as a run that lost every learner and has no state)."""
+        self.version = int(version)
+        self.fallback_state = fallback
+        self.restore_state = None
+        self.latest_weights = None
+        self._restore_weights = False
+        self._leave_epoch()
+
+    def _take_fallback(self) -> None:
+        """No member holds the version to continue at: load the fallback state."""
+        state = self.fallback_state
+        assert state is not None
+        self.fallback_state = None
+        version = int(state["version"])
+        if version != self.version:
+            log.warning("learner mesh %s: no learner holds version %d and no saved state has it: continuing "
+                        "from the saved learner state of version %d", self.group, self.version, version)
+        self.restore_state = state
+        self.version = version
+
     def set_state(self, state: dict[str, Any]) -> None:
         """Load a checkpointed state: the next epoch's source takes it."""
         self.restore_state = state
@@ -563,6 +664,46 @@ class LearnerGroup(ActorGroup):
         """{member: sha256 of its state} for the current epoch (bit-identity checks)."""
         return self._call_all(self.view.get("members", []), "digest", timeout=30.0)[0]
 
+    #: counter attribute -> its key in results (stats) and metrics rows
+    _COUNTERS = {
+        "num_reformations": "num_learner_reformations",
+        "num_update_retries": "num_learner_update_retries",
+        "num_learners_evicted": "num_learners_evicted",
+        "num_learner_restarts": "num_learner_restarts",
+        "num_learner_failures": "num_learner_failures",
+    }
+
+    def get_counters(self) -> dict[str, int]:
+        """The cumulative counters (a driver state holds them)."""
+        return {attr: int(getattr(self, attr)) for attr in self._COUNTERS}
+
+    def set_counters(self, counters: dict[str, Any]) -> None:
+        """Continue from saved counters (added to what happened since this group began)."""
+        for attr in self._COUNTERS:
+            if isinstance(counters.get(attr), int):
+                setattr(self, attr, getattr(self, attr) + int(counters[attr]))
+
+    @classmethod
+    def counters_from_row(cls, row: dict[str, Any]) -> dict[str, int]:
+        """The counters a metrics row shows, in `get_counters` form."""
+        return {attr: int(row[key]) for attr, key in cls._COUNTERS.items() if isinstance(row.get(key), int)}
+
+    def known_incarnations(self) -> list[dict[str, Any]]:
+        """The incarnation of each learner as last seen, with the runtime's restart count
+        then (a driver state holds them; `remember_previous` takes them back)."""
+        return [{"name": name, "incarnation": inc, "restarts": restarts}
+                for name, (inc, restarts) in sorted(self._incarnations.items())]
+
+    def remember_previous(self, previous: list[dict[str, Any]]) -> None:
+        """What a previous driver knew of the learners (`known_incarnations`): a learner
+        re-attached under another incarnation counts as restarted and failed."""
+        self._previous = {str(p["name"]): (int(p.get("incarnation", 0)), int(p.get("restarts", 0)))
+                          for p in previous if isinstance(p, dict) and "name" in p}
+        for slot in self.slots:  # already created (re-attached) before this was known
+            if slot.handle is not None and slot.name not in self._creating:
+                self._incarnations.pop(slot.name, None)
+                self._adopt_created(slot.name)
+
     def stats(self) -> dict[str, Any]:
         return {
             "num_learners": self.last_update_members,
@@ -570,6 +711,8 @@ class LearnerGroup(ActorGroup):
             "num_learner_reformations": self.num_reformations,
             "num_learner_update_retries": self.num_update_retries,
             "num_learners_evicted": self.num_learners_evicted,
+            "num_learner_restarts": self.num_learner_restarts,
+            "num_learner_failures": self.num_learner_failures,
             "learner_reform_s": self.last_reform_s,
             "learner_backend": self.backend,
             "learner_device": self.device,

@@ -93,11 +93,35 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, result: Mapping[str, Any]) -> None:
-        line = json.dumps(json_safe(result), allow_nan=False, sort_keys=True) + "\n"
+        self.append_many([result])
+
+    def append_many(self, results: Iterable[Mapping[str, Any]]) -> None:
+        """Append rows, in order, with one fsync."""
+        text = "".join(json.dumps(json_safe(r), allow_nan=False, sort_keys=True) + "\n" for r in results)
+        if not text:
+            return
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(line)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
+
+    def last(self) -> dict[str, Any] | None:
+        """The well-formed row with the highest iteration, or None."""
+        rows = [r for r in self.read() if isinstance(r.get("iteration"), int)]
+        return max(rows, key=lambda r: r["iteration"]) if rows else None
+
+    def drop_torn_lines(self) -> int:
+        """Rewrite the file without lines that are not whole JSON objects (a write torn
+        by a crash); returns how many went. Whole rows are never removed."""
+        if not self.path.exists():
+            return 0
+        raw = self.path.read_text(encoding="utf-8")
+        if raw.endswith("\n") and len(self.read()) == len(raw.splitlines()):
+            return 0
+        kept = self.read()
+        atomic_write_bytes(self.path, "".join(json.dumps(r, allow_nan=False, sort_keys=True) + "\n"
+                                              for r in kept).encode("utf-8"))
+        return len(raw.splitlines()) - len(kept)
 
     def read(self) -> list[dict[str, Any]]:
         """Every well-formed line (a torn last line is skipped)."""

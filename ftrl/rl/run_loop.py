@@ -126,6 +126,7 @@ def finish(
     and output_dir/result.json (not for "drained": the job goes on elsewhere); returns
     the summary written there. `note` (why a run that did not fail ended early) goes in
     its "error" field."""
+    algo.flush_state()  # every finished iteration's row before result.json
     path = None
     if (
         error is None

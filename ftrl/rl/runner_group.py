@@ -132,6 +132,7 @@ class RunnerSlot(ActorSlot):
     plane_incarnation: int = -1
     channel: Any = None  # SampleChannel to `channel_incarnation` (None: not open)
     channel_incarnation: int = -1  # the incarnation the channel (or its failure) is for
+    fragment_steps: int = 0  # env steps its last sample brought (0: none yet)
 
 
 @dataclass
@@ -209,9 +210,12 @@ class EnvRunnerGroup(ActorGroup):
     def actor_kwargs(self, slot: ActorSlot) -> dict[str, Any]:
         return {**super().actor_kwargs(slot), "worker_index": slot.index}
 
-    def start(self) -> None:
-        """Create every runner; with `validate_env_runners_after_construction`, probe them
-        all and raise if any is not healthy. Without it, failed ones start recovering."""
+    def start(self, previous: list[dict[str, Any]] | None = None) -> None:
+        """Create every runner (re-attaching to the ones still up); with
+        `validate_env_runners_after_construction`, probe them all and raise if any is not
+        healthy. Without it, failed ones start recovering. `previous`: the incarnations a
+        previous driver knew (`known_incarnations`); a runner that restarted since counts
+        as restarted and failed (`reconcile`)."""
         validate = self.config.env_runners_cfg.validate_env_runners_after_construction
         errors: list[str] = []
         creating = self.create_all(self.slots)
@@ -222,6 +226,8 @@ class EnvRunnerGroup(ActorGroup):
                 errors.append(f"{slot.name}: {describe_error(e)}")
                 slot.last_error = describe_error(e)
                 slot.state = "recovering" if not validate else "new"
+        if previous:
+            self.reconcile(previous)
         created = {s.name: s.handle for s in self.slots if s.handle is not None}
         pinged, ping_errors = self.call_all(created, "ping", timeout=self.probe_timeout)
         retry: list[RunnerSlot] = []
@@ -305,6 +311,45 @@ class EnvRunnerGroup(ActorGroup):
         for key in self._COUNTERS:
             if key in counters:
                 setattr(self, key, getattr(self, key) + int(counters[key]))
+
+    def known_incarnations(self) -> list[dict[str, Any]]:
+        """The incarnation of each runner as the group last adopted it, with the runtime's
+        restart count of the actor then (a driver state holds them: `reconcile`)."""
+        return [{"name": s.name, "incarnation": int(s.incarnation), "restarts": int(s.runtime_restarts)}
+                for s in self.slots if s.handle is not None and s.incarnation > 0]
+
+    def reconcile(self, previous: list[dict[str, Any]]) -> int:
+        """Count the runners that restarted while no driver watched: each runner whose
+        incarnation is not the one `previous` (`known_incarnations` of the driver state
+        resumed from) names counts its restarts since then (the runtime's count, at least
+        one) as restarts and failures. Returns how many were counted."""
+        known = {str(p.get("name")): p for p in previous if isinstance(p, dict)}
+        counted = 0
+        for slot in self.slots:
+            before = known.get(slot.name)
+            if before is None or slot.handle is None or slot.incarnation == int(before.get("incarnation", 0)):
+                continue
+            restarts = max(1, slot.runtime_restarts - int(before.get("restarts", 0)))
+            self.num_env_runner_restarts += restarts
+            self.num_env_runner_failures += restarts
+            slot.restarts += restarts
+            counted += restarts
+            log.info("%s restarted while the driver was away (incarnation %s -> %d): counted %d",
+                     slot.name, before.get("incarnation"), slot.incarnation, restarts)
+        return counted
+
+    def newest_synced_filter(self) -> tuple[int, dict[str, Any]] | None:
+        """(weights version, observation filter state) of the healthy runner synced last
+        (what the driver pushed with those weights), or None when no runner can tell."""
+        handles = {s.name: s.handle for s in self.healthy() if s.inflight is None}
+        results, _ = self.call_all(handles, "synced_filter", timeout=self.probe_timeout)
+        best: tuple[int, dict[str, Any]] | None = None
+        for result in results.values():
+            if isinstance(result, dict) and isinstance(result.get("filter"), dict):
+                version = int(result.get("weights_version", -1))
+                if best is None or version > best[0]:
+                    best = (version, result["filter"])
+        return best
 
     # ------------------------------------------------------------------ failures
 
@@ -595,6 +640,8 @@ class EnvRunnerGroup(ActorGroup):
             self._on_failure(slot, e, "sample")
             return 0
         slot.consecutive_failures = 0
+        if slot.inflight_kind == "sample":
+            slot.fragment_steps = int(result.get("env_steps", 0)) or slot.fragment_steps
         steps = self._take(result, out, current_version, slot.inflight_late)
         if result["dropped"] and result.get("weights_version") != slot.synced_version:
             slot.synced_version = int(result.get("weights_version", -1))
@@ -614,10 +661,14 @@ class EnvRunnerGroup(ActorGroup):
         out.append(result)
         return steps if fresh else 0
 
-    def sample(self, min_env_steps: int, current_version: int | None = None, method: str = "sample", **kwargs: Any) -> SampleRound:
+    def sample(self, min_env_steps: int, current_version: int | None = None, method: str = "sample",
+               top_up: bool = False, **kwargs: Any) -> SampleRound:
         """One synchronous round: request from every healthy, synced, idle runner and wait
         for every request of the round (as RLlib does: the round's steps may exceed
-        `min_env_steps`, which is a minimum, so a calm run drops nothing). Returns when
+        `min_env_steps`, which is a minimum, so a calm run drops nothing). A request that
+        fails (its runner died mid-round) or comes back unusable leaves its share to the
+        runners already back, asked at once for just the missing steps (`top_up`: the
+        whole round asks only for those, a round after a short one). Returns when
         all came back or failed, or when the sample timeout passed; requests not back by
         then are late, stay in flight and are collected (used if still fresh, else
         dropped and counted) in later rounds. Results are listed in runner order."""
@@ -635,16 +686,7 @@ class EnvRunnerGroup(ActorGroup):
             if slot.inflight is None and slot.synced_version != current and self._latest[1] is not None:
                 self.sync_weights(*self._latest)
                 break
-        for slot in self.healthy():
-            if slot.inflight is None and weights_fresh(slot.synced_version, current, self.max_weights_lag):
-                try:
-                    slot.inflight = self._submit_sample(slot, method, kwargs)
-                except FtrlError as e:
-                    self._on_failure(slot, e, method)
-                    continue
-                slot.inflight_version = current
-                slot.inflight_late = False
-                slot.inflight_kind = method
+        self._request(method, kwargs, current, min_env_steps - used if top_up else None)
         while True:
             # every request of this round; with too few steps so far, late ones too (a
             # late fragment that comes back before the weights change is still usable)
@@ -658,6 +700,9 @@ class EnvRunnerGroup(ActorGroup):
             for slot in waiting:
                 if slot.inflight in done:
                     used += self._collect(slot, results, current)
+            missing = min_env_steps - used - self._expected_in_flight()
+            if missing > 0:  # a share was lost: the runners already back sample it now
+                self._request(method, kwargs, current, missing)
         for slot in self.slots:
             if slot.inflight is not None and not slot.inflight_late:
                 if slot.inflight.done():
@@ -670,6 +715,36 @@ class EnvRunnerGroup(ActorGroup):
         # learner's sums depend on the order), however the runners' timing fell
         results.sort(key=lambda r: int(r.get("worker_index", 0)))
         return SampleRound(results=results, env_steps=used)
+
+    def _request(self, method: str, kwargs: dict[str, Any], current: int, steps: int | None) -> None:
+        """Start `method` on healthy, idle runners synced to `current`, in runner order:
+        every one of them (`steps` None), or only as many as `steps` env steps need."""
+        for slot in self.healthy():
+            if steps is not None and steps <= 0:
+                return
+            if slot.inflight is not None or not weights_fresh(slot.synced_version, current, self.max_weights_lag):
+                continue
+            try:
+                slot.inflight = self._submit_sample(slot, method, kwargs)
+            except FtrlError as e:
+                self._on_failure(slot, e, method)
+                continue
+            slot.inflight_version = current
+            slot.inflight_late = False
+            slot.inflight_kind = method
+            if steps is not None:
+                steps -= self._fragment_steps(slot)
+
+    def _fragment_steps(self, slot: RunnerSlot) -> int:
+        """The env steps one sample() of `slot` brings: as its last one did, else as configured."""
+        if slot.fragment_steps > 0:
+            return slot.fragment_steps
+        run = self.config.env_runners_cfg
+        return self.config.get_rollout_fragment_length() * run.num_envs_per_env_runner
+
+    def _expected_in_flight(self) -> int:
+        """Env steps the requests still out should bring (late ones included)."""
+        return sum(self._fragment_steps(s) for s in self.slots if s.inflight is not None and s.inflight_kind == "sample")
 
     def _submit_sample(self, slot: RunnerSlot, method: str, kwargs: dict[str, Any]) -> cf.Future:
         """Start `method` on `slot`: on its sample channel when it has one for its current

@@ -11,8 +11,9 @@ tables named after the builder methods (or flat RLlib keys) plus `algo` and a [s
 table; see `ftrl.config`. Unknown keys are errors that name the nearest valid key.
 
 Outputs under --output DIR (default ftrl_results/ALGO_ENV): metrics.jsonl (one line per
-iteration), checkpoints/, result.json. A fresh run refuses a DIR that already holds
-checkpoints; --resume continues from its newest valid checkpoint.
+iteration), checkpoints/, driver_state.ftrl and learner_state.ftrl (the newest state,
+written after every iteration), result.json. A fresh run refuses a DIR that already
+holds a run's state; --resume continues from its newest valid state.
 
 `ftrl train` is submit + follow: the job (id: --job-name, else the output dir's name and
 a hash of its path) is submitted to the coordinator, which runs its driver as the actor
@@ -21,8 +22,9 @@ long-polls that record and shows each iteration. `--coordinator` uses a running
 cluster (`--detach` submits and exits); otherwise `cluster_factory(args, config)` makes
 one (default: the embedded local cluster, real coordinator and worker processes on
 127.0.0.1 with their state and logs in DIR/.ftrl-cluster, torn down at the end). If the
-driver dies it is restarted in place, re-attaches to the runners that stayed up and
-resumes from its newest checkpoint; the follower goes on following. The config and the
+driver dies it is restarted (in place, or on another node), re-attaches to the runners
+and learners that stayed up and resumes from its newest state (at most the iteration
+in flight is redone); the follower goes on following. The config and the
 environment are checked here, so a bad job fails before it is submitted (the embedded
 cluster's processes start beside that check, to save time, and are stopped). This
 process imports no torch: only the driver actor's does.
@@ -73,7 +75,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, config_positional: bool =
     parser.add_argument("--stop-reward", type=float, metavar="R", help="stop when episode_return_mean >= R")
     parser.add_argument("--stop-timesteps", type=positive(int), metavar="T", help="stop after T env steps")
     parser.add_argument("--stop-iters", type=positive(int), metavar="I", help="stop after I iterations")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in DIR")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid state in DIR")
     parser.add_argument("--seed", type=int, metavar="S")
     parser.add_argument(
         "--set",
@@ -297,10 +299,12 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
         return 2
     config, stop = job.config, job.stop
     output = output_dir(args, config)
-    if not getattr(args, "resume", False) and (output / "checkpoints").is_dir() and any((output / "checkpoints").iterdir()):
+    from ftrl.rl.algo_state import has_saved_state
+
+    if not getattr(args, "resume", False) and has_saved_state(output):
         print(
-            f"ftrl train: {output} already holds checkpoints; pass --resume to continue it "
-            "or choose another --output",
+            f"ftrl train: {output} already holds the state of a run (checkpoints, driver_state.ftrl); "
+            "pass --resume to continue it or choose another --output",
             file=sys.stderr,
         )
         return 2
@@ -380,10 +384,9 @@ def _exit_code(run: Callable[[], int]) -> int:
 
 def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     """Fail early (before any process starts) on a config or environment that cannot
-    work, or (with `resume_from`) a checkpoint this config cannot continue; corrupt
-    checkpoints are reported (and skipped) here too. Returns the checkpoint a resume
-    starts from (None: from the start)."""
-    from ftrl.rl.checkpoint import CheckpointManager
+    work, or (with `resume_from`) a state this config cannot continue; corrupt state
+    files are reported (and skipped) here too. Returns the state file a resume starts
+    from (None: from the start)."""
     from ftrl.rl.env_factory import probe_spaces
     from ftrl.rl.spaces import space_spec
 
@@ -394,12 +397,12 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     spec = space_spec(observation_space, action_space)  # ConfigError for spaces we cannot handle
     if resume_from is None:
         return None
-    found = CheckpointManager(resume_from / "checkpoints").load_latest()
-    if found is None:
-        print(f"ftrl train: no valid checkpoint in {resume_from}; starting fresh", file=sys.stderr)
-        return None
-    from ftrl.rl.algo_state import check_resume_compatible
+    from ftrl.rl.algo_state import check_resume_compatible, newest_state
 
+    found = newest_state(resume_from)
+    if found is None:
+        print(f"ftrl train: no valid state in {resume_from}; starting fresh", file=sys.stderr)
+        return None
     check_resume_compatible(config, spec, found[0])
     return found[1]
 
@@ -540,9 +543,9 @@ def _follow_job(client: Any, job_id: str, output: Path, progress: Progress, show
                       "waiting for it to restart", file=sys.stderr)
         if info["driver_incarnation"] > incarnation:
             if incarnation:
-                where = info["last_checkpoint"] or _newest_checkpoint(output) or "the start"
+                where = f"iteration {info['iteration']}" if info["iteration"] else "the start"
                 print(f"\nftrl train: driver restarted (incarnation {info['driver_incarnation']}); "
-                      f"resuming from {where}", file=sys.stderr)
+                      f"resuming from its newest state ({where})", file=sys.stderr)
             incarnation = info["driver_incarnation"]
         row = info["metrics"]
         if row and (row.get("iteration") or 0) > iteration:
@@ -551,15 +554,6 @@ def _follow_job(client: Any, job_id: str, output: Path, progress: Progress, show
             progress(row)
         if stage in FINAL_STAGES:
             return info
-
-
-def _newest_checkpoint(output: Path) -> str:
-    """The newest checkpoint file in OUTPUT/checkpoints ("" if none can be seen here)."""
-    with contextlib.suppress(OSError):
-        found = sorted((output / "checkpoints").glob("checkpoint_*.ftrl"))
-        if found:
-            return str(found[-1])
-    return ""
 
 
 def _summary(info: dict[str, Any], output: Path) -> dict[str, Any]:

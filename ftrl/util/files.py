@@ -17,8 +17,10 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data` so readers see the old or the new file, never a torn one."""
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644, sync_dir: bool = True) -> None:
+    """Replace `path` with `data` so readers see the old or the new file, never a torn one.
+    `sync_dir=False` skips the directory's fsync: a power loss may then undo the rename
+    (the old file stays, whole), for files rewritten so often that the old one will do."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
@@ -32,7 +34,8 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> None
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

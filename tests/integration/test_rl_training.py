@@ -181,7 +181,10 @@ def _train_cmd(out: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_killed_driver_resumes_from_its_checkpoint_and_skips_a_corrupt_one(tmp_path):
+def test_killed_run_resumes_past_corrupt_state_files_without_going_back(tmp_path):
+    """The whole run is SIGKILLed; then its newest state files are corrupted (driver and
+    learner state, the newest checkpoint): `--resume` skips them, takes the previous
+    checkpoint's learner and goes on from the newest row (no row removed or repeated)."""
     out = tmp_path / "run"
     env = {**os.environ, **cluster_env()}
     proc = subprocess.Popen(_train_cmd(out, "--stop-iters", "1000", "--stop-reward", "1000"), env=env,
@@ -200,14 +203,13 @@ def test_killed_driver_resumes_from_its_checkpoint_and_skips_a_corrupt_one(tmp_p
     before = [json.loads(x)["iteration"] for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip().endswith("}")]
     ckpts = sorted((out / "checkpoints").glob("checkpoint_*.ftrl"))
     newest, previous = ckpts[-1], ckpts[-2]
-    prev_iter = int(previous.stem.split("_")[1])
-    newest.write_bytes(newest.read_bytes()[:100])  # torn newest checkpoint
-    assert max(before) >= int(newest.stem.split("_")[1])
-    stop_at = prev_iter + 4
+    for torn in (newest, out / "driver_state.ftrl", out / "learner_state.ftrl"):
+        torn.write_bytes(torn.read_bytes()[:100])
+    stop_at = max(before) + 4
     done = subprocess.run(_train_cmd(out, "--resume", "--stop-iters", str(stop_at)), env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "skipping corrupt checkpoint" in done.stderr
+    assert "skipping corrupt checkpoint" in done.stderr and "ignoring" in done.stderr
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     iterations = [x["iteration"] for x in lines]
     assert iterations == list(range(1, stop_at + 1))  # never backwards, never repeated

@@ -114,5 +114,5 @@ def test_a_drained_driver_checkpoints_and_its_next_incarnation_goes_on(make_clus
     iterations = [r["iteration"] for r in _rows(out)]
     assert iterations == list(range(1, len(iterations) + 1))  # resumed where the drain left it
     result = json.loads((out / "result.json").read_text())
-    assert result["restored_from"].endswith(f"checkpoint_{drained_at:08d}.ftrl")
+    assert result["restored_from"].endswith("driver_state.ftrl")  # the newest state: the drained iteration's
     assert result["result"]["num_env_runner_restarts"] == 0

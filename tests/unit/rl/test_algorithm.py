@@ -13,6 +13,7 @@ import pytest
 
 from ftrl.config import PPOConfig, StopCriteria
 from ftrl.rl.algorithms.ppo import PPO
+from ftrl.rl.checkpoint import decode_checkpoint
 from ftrl.rl.local_handle import LocalClient
 from ftrl.wire.errors import ConfigError
 
@@ -45,8 +46,13 @@ def test_train_writes_metrics_and_checkpoints(tmp_path):
     assert [r["iteration"] for r in results] == [1, 2, 3]
     assert results[-1]["env_steps_sampled"] == 3 * 64
     assert results[-1]["learner"]["weights_version"] == 3
+    assert algo.flush_state()  # rows go to disk off the training path, after their state
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [x["iteration"] for x in lines] == [1, 2, 3]
+    state = decode_checkpoint((tmp_path / "driver_state.ftrl").read_bytes())
+    assert (state["iteration"], state["learner_version"], state["row"]["iteration"]) == (3, 3, 3)
+    assert "learner" not in state  # the learner's tensors go beside it
+    assert decode_checkpoint((tmp_path / "learner_state.ftrl").read_bytes())["version"] == 3
     for key in REQUIRED:
         assert key in lines[-1], key
     assert [p.name for p in sorted((tmp_path / "checkpoints").iterdir())] == ["checkpoint_00000002.ftrl"]
@@ -54,30 +60,68 @@ def test_train_writes_metrics_and_checkpoints(tmp_path):
     algo.stop()
 
 
-def test_resume_restores_everything_and_drops_metrics_past_the_checkpoint(tmp_path):
+def test_resume_continues_from_the_driver_state_of_the_last_iteration(tmp_path):
     cfg = _config(observation_filter="MeanStdFilter")
     algo = cfg.build(output_dir=tmp_path)
-    for _ in range(5):  # checkpoints at 2 and 4; iteration 5 is lost in a "crash"
+    for _ in range(5):  # checkpoints at 2 and 4; iteration 5 has only its driver state
         algo.train()
     algo.stop()
-    from ftrl.rl.checkpoint import CheckpointManager
-
-    state4, _ = CheckpointManager(tmp_path / "checkpoints").load_latest()
-    assert state4["iteration"] == 4
+    state5 = decode_checkpoint((tmp_path / "driver_state.ftrl").read_bytes())
+    assert state5["iteration"] == 5
+    learner5 = decode_checkpoint((tmp_path / "learner_state.ftrl").read_bytes())
     resumed = cfg.build(output_dir=tmp_path, resume=True)
-    assert resumed.iteration == 4
-    assert resumed.env_steps_sampled == 4 * 64
-    assert resumed.filter.stats.n == state4["filter"]["stats"]["n"] > 0
-    for key, value in state4["learner"]["model"].items():
+    assert resumed.restored_from == tmp_path / "driver_state.ftrl"
+    assert (resumed.iteration, resumed.env_steps_sampled) == (5, 5 * 64)
+    assert resumed.filter.stats.n == state5["filter"]["stats"]["n"] > 0
+    for key, value in learner5["model"].items():
         np.testing.assert_array_equal(resumed.learner.model.state_dict()[key].numpy(), value)
-    assert resumed.learner.version == 4
-    assert resumed.episodes.episodes_total == state4["episodes"]["episodes_total"]
-    lines = [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert lines == [1, 2, 3, 4]
+    assert resumed.learner.version == 5
+    assert resumed.episodes.episodes_total == state5["episodes"]["episodes_total"]
     result = resumed.train()
-    assert result["iteration"] == 5 and result["env_steps_sampled"] == 5 * 64
-    assert result["time_s"] >= state4["time_s"]
+    assert result["iteration"] == 6 and result["env_steps_sampled"] == 6 * 64
+    assert result["time_s"] >= state5["time_s"]
     resumed.stop()
+    lines = [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines == [1, 2, 3, 4, 5, 6]  # nothing removed, nothing repeated
+
+
+def test_a_state_whose_row_was_not_written_yet_gets_its_row(tmp_path):
+    """The writer's order is state, then row: a driver that died in between left the
+    newest state without its row; the resumed run writes it, then goes on."""
+    cfg = _config()
+    algo = cfg.build(output_dir=tmp_path)
+    for _ in range(3):
+        algo.train()
+    algo.stop()
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:2]))
+    resumed = cfg.build(output_dir=tmp_path, resume=True)
+    assert resumed.iteration == 3
+    resumed.train()
+    resumed.stop()
+    assert [json.loads(x)["iteration"] for x in path.read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_lost_driver_state_continues_the_counters_from_the_newest_row(tmp_path, caplog):
+    """driver_state.ftrl gone (or corrupt): the learner state of the newest row's version
+    (learner_state.ftrl) and that row's counters; the iterations never go back."""
+    cfg = _config()
+    algo = cfg.build(output_dir=tmp_path)
+    for _ in range(5):
+        algo.train()
+    algo.stop()
+    (tmp_path / "driver_state.ftrl").write_bytes(b"torn")
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 6, "env_st')  # a row torn by a crash
+    resumed = cfg.build(output_dir=tmp_path, resume=True)
+    assert "ignoring" in caplog.text and "driver_state.ftrl" in caplog.text
+    assert resumed.restored_from.name == "checkpoint_00000004.ftrl"
+    assert (resumed.iteration, resumed.env_steps_sampled) == (5, 5 * 64)
+    assert resumed.learner.version == 5  # learner_state.ftrl has the row's version
+    assert resumed.train()["iteration"] == 6
+    resumed.stop()
+    lines = [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines == [1, 2, 3, 4, 5, 6]
 
 
 def test_resume_skips_a_corrupt_newest_checkpoint(tmp_path, caplog):
@@ -90,9 +134,13 @@ def test_resume_skips_a_corrupt_newest_checkpoint(tmp_path, caplog):
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0x55
     newest.write_bytes(bytes(data))
+    (tmp_path / "driver_state.ftrl").unlink()
+    (tmp_path / "learner_state.ftrl").unlink()
     resumed = cfg.build(output_dir=tmp_path, resume=True)
-    assert resumed.iteration == 2
     assert "skipping corrupt checkpoint" in caplog.text
+    assert resumed.restored_from.name == "checkpoint_00000002.ftrl"
+    assert resumed.learner.version == 2  # the only learner state left
+    assert resumed.iteration == 4  # the rows' counters: iterations never go back
     resumed.stop()
 
 

@@ -1,9 +1,12 @@
 """JobLink and the driver's job reports against a fake coordinator: reports kept while it
-is unreachable and delivered later in order, bounded, never blocking training; stop and
-scale requests from its replies; a drained driver reports no final stage."""
+is unreachable, retried at a short fixed interval, and delivered once it answers: the
+current state and newest row first, then the older rows in order, bounded, never
+blocking training; stop and scale requests from its replies; a drained driver reports no
+final stage."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -13,7 +16,7 @@ import pytest
 from ftrl.rl.driver import AlgorithmDriver
 from ftrl.rl.job_link import JobLink
 from ftrl.rl.local_handle import LocalClient
-from ftrl.wire.errors import ActorUnavailableError, FtrlTimeoutError, NotFoundError
+from ftrl.wire.errors import ActorUnavailableError, FtrlError, FtrlTimeoutError, NotFoundError
 
 
 class FakeCoordinator:
@@ -22,7 +25,11 @@ class FakeCoordinator:
     def __init__(self, **info: Any):
         self.calls: list[dict[str, Any]] = []
         self.failed = 0
+        self.failed_at: list[float] = []  # monotonic times of the failed calls
         self.down = False
+        self.fail_next = 0  # calls to fail (as unreachable) even when up
+        self.error: type[Exception] | None = None  # raised (when down) instead of "unreachable"
+        self.down_after: int | None = None  # goes down after taking the row of this iteration
         self.unknown = False
         self.delay_s = 0.0
         self.info = {"num_env_runners": 0, "num_learners": 0, "stop_requested": False, **info}
@@ -35,18 +42,29 @@ class FakeCoordinator:
             time.sleep(self.delay_s)
         if self.unknown:
             raise NotFoundError(f"no job named {job_id!r}")
-        if self.down:
+        if self.down or self.fail_next:
+            self.fail_next = max(0, self.fail_next - 1)
             self.failed += 1
+            self.failed_at.append(time.monotonic())
+            if self.error is not None:
+                raise self.error("the coordinator failed the call")
             raise (ActorUnavailableError if self.failed % 2 else FtrlTimeoutError)("coordinator unreachable")
         with self.lock:
             self.calls.append({"job_id": job_id, "incarnation": incarnation, "stage": stage, "iteration": iteration,
                                "env_steps_sampled": env_steps_sampled, "rows": list(rows),
                                "last_checkpoint": last_checkpoint, "reason": reason})
+            if any(row.get("iteration") == self.down_after for row in rows):
+                self.down = True
             return {"job_id": job_id, "stage": stage, **self.info}
 
     def rows(self) -> list[dict[str, Any]]:
         with self.lock:
             return [row for call in self.calls for row in call["rows"]]
+
+    def batches(self) -> list[list[int]]:
+        """The iterations of the rows of each call that carried rows."""
+        with self.lock:
+            return [[row["iteration"] for row in call["rows"]] for call in self.calls if call["rows"]]
 
     def stages(self) -> list[str]:
         with self.lock:
@@ -62,14 +80,14 @@ def _until(pred, timeout=10.0, what="condition"):
 
 
 def _link(fake, **kwargs) -> JobLink:
-    kwargs = {"poll_interval_s": 0.05, "max_backoff_s": 0.05, **kwargs}
+    kwargs = {"poll_interval_s": 0.05, "retry_interval_s": 0.02, "max_backoff_s": 0.05, **kwargs}
     return JobLink(fake, "job", 2, **kwargs).start()
 
 
 # ---------------------------------------------------------------------------- JobLink
 
 
-def test_reports_kept_while_the_coordinator_is_down_are_delivered_later_in_order():
+def test_reports_kept_while_the_coordinator_is_down_are_delivered_later_newest_first():
     fake = FakeCoordinator()
     fake.down = True
     link = _link(fake, batch_rows=2)
@@ -80,14 +98,92 @@ def test_reports_kept_while_the_coordinator_is_down_are_delivered_later_in_order
     assert fake.calls == [] and link.pending_rows == 7
     fake.down = False
     assert link.finish("FINISHED", "stop_iters", timeout_s=10)
-    assert [r["iteration"] for r in fake.rows()] == list(range(1, 8))  # each once, in order
-    assert all(len(call["rows"]) <= 2 for call in fake.calls)
+    # the current state with the newest row, then the older rows in order: each once
+    assert fake.batches() == [[7], [1, 2], [3, 4], [5, 6]]
+    assert {(c["iteration"], c["env_steps_sampled"], c["last_checkpoint"]) for c in fake.calls} == {(7, 70, "ck7")}
     assert fake.calls[-1] == {"job_id": "job", "incarnation": 2, "stage": "FINISHED", "iteration": 7,
-                              "env_steps_sampled": 70, "rows": [{"iteration": 7}], "last_checkpoint": "ck7",
-                              "reason": "stop_iters"}
+                              "env_steps_sampled": 70, "rows": [{"iteration": 5}, {"iteration": 6}],
+                              "last_checkpoint": "ck7", "reason": "stop_iters"}
     # rows go first: the final stage only with the last of them
     assert "FINISHED" not in [call["stage"] for call in fake.calls[:-1]]
     assert not link._thread.is_alive()
+
+
+def test_after_each_failed_call_the_newest_row_goes_first_then_the_rest_in_order():
+    fake = FakeCoordinator()
+    link = JobLink(fake, "job", 1, poll_interval_s=0.05, retry_interval_s=0.02, batch_rows=3)
+    for i in range(1, 6):  # queued before the first call: that one, too, carries the newest only
+        link.report("RUNNING", iteration=i, row={"iteration": i})
+    fake.fail_next = 1
+    link.start()
+    _until(lambda: link.pending_rows == 0, what="the rows delivered")
+    assert fake.batches() == [[5], [1, 2, 3], [4]]
+    assert fake.calls[0]["iteration"] == 5
+    # an outage in the middle of the older rows: rows that came meanwhile go first, then
+    # the older ones go on where they were; nothing twice, nothing lost
+    fake.down = True
+    for i in range(6, 13):
+        link.report("RUNNING", iteration=i, row={"iteration": i})
+    _until(lambda: fake.failed >= 3, what="failed attempts")
+    fake.down, fake.down_after = False, 12  # and down again right after the newest row
+    _until(lambda: len(fake.batches()) >= 4 and fake.down, what="a delivery")
+    for i in range(13, 15):
+        link.report("RUNNING", iteration=i, row={"iteration": i})
+    failed = fake.failed
+    _until(lambda: fake.failed >= failed + 2, what="failed attempts")
+    fake.down = False
+    _until(lambda: link.pending_rows == 0, what="the rows delivered")
+    assert fake.batches()[3:] == [[12], [14], [6, 7, 8], [9, 10, 11], [13]]
+    delivered = [r["iteration"] for r in fake.rows()]
+    assert sorted(delivered) == list(range(1, 15)) and len(set(delivered)) == 14
+    assert all(call["iteration"] == 14 for call in fake.calls[-3:])  # the current state on every call
+    link.close()
+
+
+def test_after_an_outage_history_follows_and_the_final_stage_goes_with_the_last_row():
+    fake = FakeCoordinator()
+    link = _link(fake, batch_rows=100)
+    link.report("RUNNING", iteration=0)
+    _until(lambda: len(fake.calls) >= 1, what="the first report")
+    fake.down = True
+    for i in range(1, 251):
+        link.report("RUNNING", iteration=i, env_steps_sampled=i, row={"iteration": i})
+    threading.Timer(0.3, lambda: setattr(fake, "down", False)).start()
+    assert link.finish("STOPPED", "stopped on request", timeout_s=10)
+    assert fake.batches() == [[250], list(range(1, 101)), list(range(101, 201)), list(range(201, 250))]
+    stages = [call["stage"] for call in fake.calls if call["rows"]]
+    assert stages == ["RUNNING", "RUNNING", "RUNNING", "STOPPED"] and fake.stages().count("STOPPED") == 1
+    assert link.final_delivered and link.rows_dropped == 0
+
+
+def test_an_unreachable_coordinator_is_retried_at_a_short_fixed_interval(caplog):
+    fake = FakeCoordinator()
+    fake.down = True
+    caplog.set_level(logging.INFO, logger="ftrl.rl.job_link")
+    link = JobLink(fake, "job", 1, poll_interval_s=0.05).start()  # the default intervals
+    link.report("RUNNING", iteration=1, row={"iteration": 1})
+    time.sleep(1.5)
+    gaps = [b - a for a, b in zip(fake.failed_at, fake.failed_at[1:], strict=False)]
+    assert fake.failed >= 8 and max(gaps) < 0.4, gaps  # no backing off to seconds
+    fake.down = False
+    _until(lambda: link.pending_rows == 0, what="the row delivered")
+    fake.down = True  # a second outage
+    _until(lambda: fake.failed >= 20, what="more failed attempts")
+    failures = [r for r in caplog.records if "report to the coordinator failed" in r.getMessage()]
+    assert len(failures) == 2  # one line per outage
+    fake.down = False
+    link.close(flush_s=5)
+
+
+def test_a_coordinator_that_fails_calls_is_retried_backing_off():
+    fake = FakeCoordinator()
+    fake.down, fake.error = True, FtrlError
+    link = JobLink(fake, "job", 1, poll_interval_s=0.05, max_backoff_s=5.0).start()
+    link.report("RUNNING", iteration=1, row={"iteration": 1})
+    time.sleep(1.2)
+    assert 2 <= fake.failed <= 3  # at 0, 0.5 and 1.5 s
+    fake.down = False
+    assert link.finish("FINISHED", timeout_s=10) and fake.batches() == [[1]]
 
 
 def test_unsent_rows_are_bounded_dropping_the_oldest():
@@ -99,7 +195,7 @@ def test_unsent_rows_are_bounded_dropping_the_oldest():
     assert link.pending_rows == 3 and link.rows_dropped == 2
     fake.down = False
     assert link.finish("STOPPED", "stopped on request", timeout_s=10)
-    assert [r["iteration"] for r in fake.rows()] == [3, 4, 5]
+    assert fake.batches() == [[5], [3, 4]]
 
 
 def test_report_never_blocks_on_a_slow_coordinator():
@@ -112,7 +208,9 @@ def test_report_never_blocks_on_a_slow_coordinator():
     assert time.monotonic() - t0 < 0.5
     fake.delay_s = 0.0
     assert link.finish("FINISHED", "stop_iters", timeout_s=30)
-    assert [r["iteration"] for r in fake.rows()] == list(range(1, 2001))
+    delivered = [r["iteration"] for r in fake.rows()]
+    assert sorted(delivered) == list(range(1, 2001))  # each once (the first call may take the newest first)
+    assert delivered[1:] == sorted(delivered[1:])
 
 
 def test_an_idle_link_polls_and_hands_every_reply_over():
@@ -220,7 +318,9 @@ def test_driver_keeps_training_while_the_coordinator_is_down(tmp_path):
     fake.down = False
     status = driver.wait(30)
     assert status["stage"] == "FINISHED"
-    assert [r["iteration"] for r in fake.rows()] == [1, 2, 3, 4, 5] and fake.stages()[-1] == "FINISHED"
+    # the current state with the newest row first, then the older rows in order
+    assert fake.batches() == [[5], [1, 2, 3, 4]] and fake.stages()[-1] == "FINISHED"
+    assert fake.calls[0]["iteration"] == 5
 
 
 def test_driver_applies_each_wanted_size_once(tmp_path):
@@ -269,7 +369,8 @@ def test_drained_driver_checkpoints_keeps_its_runners_and_reports_no_end(tmp_pat
         again = AlgorithmDriver(_job(stop_iters=summary["iteration"] + 1, n=1), str(tmp_path), job_name="j",
                                 client=client, job_client=fake2)
         status = again.wait(60)
-        assert status["stage"] == "FINISHED" and status["restored_from"] == summary["checkpoint"]
+        # the newest state: the drained iteration's (its checkpoint is as new)
+        assert status["stage"] == "FINISHED" and status["restored_from"] == str(tmp_path / "driver_state.ftrl")
         assert [r["iteration"] for r in fake2.rows()] == [summary["iteration"] + 1]
 
 

@@ -27,8 +27,8 @@ def _group(outcomes: list[dict[str, BaseException]]) -> tuple[lg.LearnerGroup, l
     group.config = SimpleNamespace(training_cfg=SimpleNamespace(minibatch_size=4))
     group.group = "job/learner"
     group.version = 7
-    group.num_update_retries = 0
-    group._consecutive_failures = 0
+    group.num_update_retries = group.num_learner_failures = 0
+    group._consecutive_failures, group._failed = 0, set()
     members = [{"name": "job/learner/0"}, {"name": "job/learner/1"}]
     epochs: list[int] = []
     attempt = {"n": 0}
@@ -171,9 +171,11 @@ def _mesh_group(coordinator: _Coordinator, enter) -> lg.LearnerGroup:
     group = object.__new__(lg.LearnerGroup)
     group.group, group.client = "job/learner", coordinator
     group.n_init = group.min_learners = 2
-    group.wait_timeout, group.num_reformations = 3.0, 1
+    group.wait_timeout, group._entered_any = 3.0, True  # this driver entered an epoch before
     group.entered_epoch, group._spent, group.view = 0, set(), {}
-    group._consecutive_failures = 0
+    group._consecutive_failures = group.num_learner_failures = 0
+    group._failed = set()
+    group._incarnations = {f"job/learner/{i}": (1, 0) for i in range(2)}
     group._check_creations = lambda: None
     group._apply_scale = lambda view: view
     group._enter = enter

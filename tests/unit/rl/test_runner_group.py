@@ -137,9 +137,22 @@ def test_runner_dying_mid_sample_is_counted_as_lost_and_recovered():
 
         threading.Thread(target=crash_soon).start()
         fut_round = group.sample(32)
-        assert fut_round.env_steps == 16  # only the healthy runner delivered
+        # the dead runner's share is sampled at once by the runner already back, in the same round
+        assert fut_round.env_steps == 32
+        assert [r["worker_index"] for r in fut_round.results] == [2, 2]
         assert group.num_samples_lost == 1
         _until(lambda: (group.poll_recoveries(), group.num_healthy == 2)[1])
+
+
+def test_a_top_up_round_asks_only_as_many_runners_as_the_missing_steps_need():
+    with LocalClient() as client:
+        group = _group(client, _config())
+        group.sync_weights(0, _weights())
+        full = group.sample(32)
+        assert sorted(r["worker_index"] for r in full.results) == [1, 2]  # every runner, as RLlib
+        short = group.sample(10, top_up=True)
+        assert [r["worker_index"] for r in short.results] == [1]  # one fragment (16 steps) is enough
+        assert short.env_steps == 16
 
 
 def test_slow_runner_never_stalls_past_the_timeout_and_late_samples_are_counted():
@@ -171,7 +184,8 @@ def test_ignore_mode_goes_on_with_fewer_then_fails_when_none_is_left():
         group.sync_weights(0, _weights())
         client.crash_actor("t/env_runner/0")  # no restarts: DEAD
         round_ = group.sample(32)
-        assert round_.env_steps == 16
+        assert round_.env_steps == 32  # the survivor sampled the dropped runner's share too
+        assert [r["worker_index"] for r in round_.results] == [2, 2]
         assert [s.state for s in group.slots] == ["removed", "healthy"]
         client.crash_actor("t/env_runner/1")
         with pytest.raises(EnvRunnerFailureError, match="nothing left"):

@@ -45,7 +45,8 @@ def test_run_train_in_process_then_resume(tmp_path, capsys):
     assert run_train(_args(*common, "--stop-iters", "5", "--resume")) == 0
     lines = [json.loads(x)["iteration"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines == [1, 2, 3, 4, 5]
-    assert json.loads((out / "result.json").read_text())["restored_from"].endswith("checkpoint_00000003.ftrl")
+    # the newest state: the driver state of iteration 3 (a checkpoint of it exists too)
+    assert json.loads((out / "result.json").read_text())["restored_from"].endswith("driver_state.ftrl")
 
 
 @pytest.mark.parametrize(

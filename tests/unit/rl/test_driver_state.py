@@ -1,0 +1,207 @@
+"""The driver's per-iteration state (ftrl.rl.state_writer, ftrl.rl.algo_state): written
+off the training path in the order state, row, report; a resumed driver counts what
+restarted while it was away once, and takes a newer observation filter from its runners."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ftrl.config import PPOConfig
+from ftrl.rl.checkpoint import decode_checkpoint
+from ftrl.rl.learner_group import LearnerGroup
+from ftrl.rl.local_handle import LocalClient
+from ftrl.rl.metrics import MetricsLog
+from ftrl.rl.runner_group import EnvRunnerGroup, RunnerSlot
+from ftrl.rl.state_writer import DRIVER_STATE_FILE, LEARNER_STATE_FILE, StateWriter
+
+
+def _state(iteration: int) -> dict:
+    return {"iteration": iteration, "payload": np.arange(iteration, dtype=np.float32)}
+
+
+def test_each_row_is_written_after_its_state_and_reported_after_its_row(tmp_path):
+    seen: list[tuple[int, int, int]] = []  # (row, state on disk, rows on disk) when reported
+
+    def on_durable(row: dict) -> None:
+        state = decode_checkpoint((tmp_path / DRIVER_STATE_FILE).read_bytes())
+        rows = MetricsLog(tmp_path / "metrics.jsonl").read()
+        seen.append((row["iteration"], state["iteration"], rows[-1]["iteration"]))
+
+    writer = StateWriter(tmp_path, MetricsLog(tmp_path / "metrics.jsonl"), on_durable=on_durable).start()
+    for i in range(1, 51):
+        writer.submit(i, _state(i), {"iteration": i}, learner={"version": i, "w": np.ones(3)})
+    assert writer.flush(30)
+    assert [r for r, _, _ in seen] == list(range(1, 51))  # every row, in order, once
+    assert all(state >= row and written >= row for row, state, written in seen)
+    assert [r["iteration"] for r in MetricsLog(tmp_path / "metrics.jsonl").read()] == list(range(1, 51))
+    assert decode_checkpoint((tmp_path / DRIVER_STATE_FILE).read_bytes())["iteration"] == 50
+    assert decode_checkpoint((tmp_path / LEARNER_STATE_FILE).read_bytes())["version"] == 50
+    writer.close()
+
+
+def test_a_slow_disk_skips_states_never_rows_and_never_blocks_submit(tmp_path, monkeypatch):
+    from ftrl.rl import state_writer
+
+    gate = threading.Event()
+    real = state_writer.atomic_write_bytes
+
+    def slow_write(path, data, **options):
+        gate.wait(10)
+        real(path, data, **options)
+
+    monkeypatch.setattr(state_writer, "atomic_write_bytes", slow_write)
+    writer = StateWriter(tmp_path, MetricsLog(tmp_path / "metrics.jsonl")).start()
+    t0 = time.monotonic()
+    for i in range(1, 21):
+        writer.submit(i, _state(i), {"iteration": i})
+    assert time.monotonic() - t0 < 1.0  # the disk is stuck: submit does not wait for it
+    assert not (tmp_path / "metrics.jsonl").exists()  # no row before its state
+    gate.set()
+    assert writer.flush(30)
+    assert [r["iteration"] for r in MetricsLog(tmp_path / "metrics.jsonl").read()] == list(range(1, 21))
+    assert writer.states_skipped >= 1  # states in between were never written
+    assert writer.written_iteration == 20
+    writer.close()
+
+
+def test_a_failed_write_is_logged_and_the_next_state_goes_on(tmp_path, monkeypatch, caplog):
+    from ftrl.rl import state_writer
+
+    real = state_writer.atomic_write_bytes
+    calls = {"n": 0}
+
+    def flaky(path, data, **options):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(28, "No space left on device")
+        real(path, data, **options)
+
+    monkeypatch.setattr(state_writer, "atomic_write_bytes", flaky)
+    writer = StateWriter(tmp_path, MetricsLog(tmp_path / "metrics.jsonl")).start()
+    writer.submit(1, _state(1), {"iteration": 1})
+    from tests.integration.conftest import wait_until
+
+    wait_until(lambda: writer.failures == 1, 10, what="the failed write")
+    writer.submit(2, _state(2), {"iteration": 2})
+    assert writer.flush(30)  # tried again (after its pause) with the newest state
+    assert "No space left" in caplog.text and writer.failures == 1
+    assert decode_checkpoint((tmp_path / DRIVER_STATE_FILE).read_bytes())["iteration"] == 2
+    # the row of the failed write waited for a state at least as new
+    assert [r["iteration"] for r in MetricsLog(tmp_path / "metrics.jsonl").read()] == [1, 2]
+    writer.close()
+
+
+def test_a_learner_state_that_must_be_fetched_goes_after_the_row(tmp_path):
+    order: list[str] = []
+    writer = StateWriter(tmp_path, MetricsLog(tmp_path / "metrics.jsonl"),
+                         on_durable=lambda row: order.append("reported")).start()
+
+    def fetch() -> dict:
+        order.append("fetched")
+        return {"version": 7, "w": np.zeros(4)}
+
+    writer.submit(7, _state(7), {"iteration": 7}, learner=fetch)
+    assert writer.flush(10)
+    writer.submit(8, _state(8), {"iteration": 8}, learner=lambda: None)  # the learners moved on
+    assert writer.flush(10)
+    assert order.index("reported") < order.index("fetched")
+    assert decode_checkpoint((tmp_path / LEARNER_STATE_FILE).read_bytes())["version"] == 7
+    writer.close()
+    with pytest.raises(RuntimeError):
+        writer.submit(9, _state(9), None)
+
+
+def test_the_coordinator_refuses_a_fresh_submit_into_a_dir_with_a_driver_state():
+    from ftrl.coordinator import jobs
+
+    assert jobs.DRIVER_STATE_FILE == DRIVER_STATE_FILE  # the coordinator does not import ftrl.rl
+
+
+# --------------------------------------------------------------------------- reconciliation
+
+
+def _runner_group(incarnations: dict[str, tuple[int, int]]) -> EnvRunnerGroup:
+    group = object.__new__(EnvRunnerGroup)
+    group.slots = [RunnerSlot(index=i + 1, name=name, handle=object(), incarnation=inc, runtime_restarts=restarts)
+                   for i, (name, (inc, restarts)) in enumerate(incarnations.items())]
+    group.num_env_runner_restarts = group.num_env_runner_failures = 0
+    return group
+
+
+def test_runners_restarted_while_the_driver_was_away_count_once_from_the_state():
+    saved = [{"name": "j/env_runner/0", "incarnation": 1, "restarts": 0},
+             {"name": "j/env_runner/1", "incarnation": 3, "restarts": 2},
+             {"name": "j/env_runner/2", "incarnation": 5, "restarts": 4}]
+    # runner 0 moved to another node (incarnation 1001, one restart), runner 1 restarted
+    # twice in place, runner 2 did not restart
+    live = {"j/env_runner/0": (1001, 1), "j/env_runner/1": (5, 4), "j/env_runner/2": (5, 4)}
+    for _ in range(2):  # a driver killed before it wrote a state reconciles from the same one
+        group = _runner_group(live)
+        assert group.reconcile(saved) == 3
+        assert (group.num_env_runner_restarts, group.num_env_runner_failures) == (3, 3)
+    assert group.known_incarnations() == [{"name": n, "incarnation": i, "restarts": r} for n, (i, r) in live.items()]
+
+
+def test_learners_restarted_while_the_driver_was_away_count_as_restarts_and_failures():
+    group = object.__new__(LearnerGroup)
+    for attr in LearnerGroup._COUNTERS:
+        setattr(group, attr, 0)
+    group._incarnations, group._failed, group._creating = {}, set(), {}
+    group.client = SimpleNamespace(actor=lambda name: {"restarts": 3})
+    group.slots = [SimpleNamespace(name="j/learner/0", handle=object(), incarnation=1001, runtime_restarts=1),
+                   SimpleNamespace(name="j/learner/1", handle=object(), incarnation=2, runtime_restarts=0)]
+    group.remember_previous([{"name": "j/learner/0", "incarnation": 1, "restarts": 0},
+                             {"name": "j/learner/1", "incarnation": 2, "restarts": 0}])
+    assert (group.num_learner_restarts, group.num_learner_failures) == (1, 1)
+    # later a restart the driver sees itself: its failed call was counted, the restart is
+    group._note_failures({"j/learner/1": RuntimeError("not an FtrlError: not counted")})
+    from ftrl.wire.errors import ActorUnavailableError
+
+    group._note_failures({"j/learner/1": ActorUnavailableError("gone")})
+    assert group.num_learner_failures == 2
+    group._note_incarnations({"members": [{"name": "j/learner/1", "incarnation": 3}], "waiting": []})
+    assert (group.num_learner_restarts, group.num_learner_failures) == (4, 4)  # runtime says 3 restarts
+    assert {d["name"]: d["incarnation"] for d in group.known_incarnations()} == {"j/learner/0": 1001,
+                                                                                 "j/learner/1": 3}
+    counters = group.get_counters()
+    fresh = object.__new__(LearnerGroup)
+    for attr in LearnerGroup._COUNTERS:
+        setattr(fresh, attr, 0)
+    fresh.set_counters(counters)
+    assert fresh.get_counters() == counters
+    row = {"num_learner_restarts": 4, "num_learner_failures": 4, "num_learner_reformations": 2}
+    assert LearnerGroup.counters_from_row(row) == {"num_learner_restarts": 4, "num_learner_failures": 4,
+                                                   "num_reformations": 2}
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def test_a_lost_state_takes_the_newer_filter_the_runners_were_synced_with(tmp_path):
+    cfg = (PPOConfig().environment("CartPole-v1")
+           .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=8,
+                        observation_filter="MeanStdFilter")
+           .training(train_batch_size=32, minibatch_size=32, num_epochs=1)
+           .checkpointing(checkpoint_interval=2).debugging(seed=0))
+    with LocalClient() as client:
+        first = cfg.build(client=client, output_dir=tmp_path, job_name="f")
+        for _ in range(3):
+            first.train()
+        central = first.filter.get_state()["stats"]["n"]
+        assert first.flush_state()
+        first.env_runner_group.stop(kill=False)  # the driver "dies"; its runners stay up
+        (tmp_path / DRIVER_STATE_FILE).unlink()  # and its newest state is lost
+        second = cfg.build(client=client, output_dir=tmp_path, resume=True, job_name="f")
+        assert second.restored_from.name == "checkpoint_00000002.ftrl"
+        assert second.iteration == 3  # the counters of the newest row
+        assert second.filter.get_state()["stats"]["n"] == central > 0  # not the checkpoint's
+        second.train()
+        second.stop()
+    rows = [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [1, 2, 3, 4]
