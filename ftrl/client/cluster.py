@@ -234,6 +234,9 @@ class LocalCluster:
 
     def start_worker(self, node_id: str | None = None, slots: int | None = None,
                      extra: list[str] | None = None) -> str:
+        """Start one more worker; its node id. It dies with the *thread* that started it
+        (PR_SET_PDEATHSIG follows the parent thread): call it from one that lives as long
+        as the cluster should."""
         node_id = node_id or f"local-{len(self.worker_procs)}"
         self._worker_launch[node_id] = (slots, extra)
         cmd = self._python(

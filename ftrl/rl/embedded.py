@@ -54,11 +54,13 @@ def cluster_gpus(config: Any, visible: list[str] | None = None) -> int:
 
 
 def spare_preload(config: Any, driver: bool = True) -> str:
-    """The worker's preload spec (ftrl.worker.processes): spares import the env runner
-    (and torch only when the runners infer with torch); with `driver`, the first actor's
-    spare imports the driver and the algorithm's module, which bring torch."""
+    """The worker's preload spec (ftrl.worker.processes): spares import the env runner,
+    and torch when some of them will host torch: learner actors, or runners that infer
+    with torch (the worker's fork server imports it once; each spare is a fork of it, so
+    a restarted learner or driver starts without importing torch). With `driver`, the
+    first actor's spare imports the driver and the algorithm's module, which bring torch."""
     runners = RUNNER_PRELOAD
-    if config.env_runners_cfg.inference_backend == "torch":
+    if config.env_runners_cfg.inference_backend == "torch" or config.learners_cfg.num_learners > 0:
         runners += ",torch"
     if not driver:
         return runners

@@ -136,6 +136,19 @@ class RunnerSlot(ActorSlot):
 
 
 @dataclass
+class Recovered:
+    """What a runner's recovery (`_recover`) brings back: its incarnation, the runtime's
+    restart count of the actor, the weights version it has, whether its envs were
+    rebuilt in place (`soft`), and its sample channel, opened meanwhile (or None)."""
+
+    incarnation: int
+    restarts: int
+    version: int
+    soft: bool
+    channel: Any = None
+
+
+@dataclass
 class SampleRound:
     """What one call to `sample()` brought back: `results` in runner order (by
     worker_index), whatever order they arrived in."""
@@ -247,16 +260,19 @@ class EnvRunnerGroup(ActorGroup):
                 errors.append(f"{slot.name}: {describe_error(e)}")
         for slot in retry:
             try:
-                incarnation, runtime_restarts, version, _ = self._recover(slot, soft=False)
+                back = self._recover(slot, soft=False)
             except FtrlError as e:
                 errors.append(f"{slot.name}: {describe_error(e)}")
                 slot.last_error = describe_error(e)
                 continue
-            if incarnation != slot.incarnation:
-                restarted = max(1, runtime_restarts - slot.runtime_restarts)
+            if back.incarnation != slot.incarnation:
+                restarted = max(1, back.restarts - slot.runtime_restarts)
                 self.num_env_runner_restarts += restarted
                 slot.runtime_restarts += restarted
-            slot.incarnation, slot.synced_version, slot.state = incarnation, version, "healthy"
+            if back.channel is not None:
+                self._close_channel(slot)
+                slot.channel, slot.channel_incarnation = back.channel, back.incarnation
+            slot.incarnation, slot.synced_version, slot.state = back.incarnation, back.version, "healthy"
         if errors and validate:
             raise EnvRunnerFailureError(
                 f"{len(errors)} of {self.num_runners} {self.kind}s are not healthy after "
@@ -397,10 +413,9 @@ class EnvRunnerGroup(ActorGroup):
         soft = isinstance(error, ActorError)
         slot.recovery = self._pool.submit(self._recover, slot, soft)
 
-    def _recover(self, slot: RunnerSlot, soft: bool) -> tuple[int, int, int, bool]:
-        """Background: bring `slot` back, synced. Returns (incarnation, the runtime's
-        restart count of the actor, weights version, whether its envs were rebuilt in
-        place)."""
+    def _recover(self, slot: RunnerSlot, soft: bool) -> Recovered:
+        """Background: bring `slot` back, synced, its sample channel open (off the
+        driver's path: a restarted runner's first round costs its sample only)."""
         if slot.handle is None:
             if slot.state == "retired":
                 raise ActorDiedError(f"{slot.name} was scaled down")
@@ -430,7 +445,8 @@ class EnvRunnerGroup(ActorGroup):
         if slot.state == "retired":  # scaled down while it was coming back
             self._kill_retired(slot)
             raise ActorDiedError(f"{slot.name} was scaled down")
-        return incarnation, getattr(handle, "restarts", 0), version, soft
+        channel = self._open_channel(slot.name, probe) if not soft else None
+        return Recovered(incarnation, getattr(handle, "restarts", 0), version, soft, channel)
 
     def poll_recoveries(self) -> None:
         """Adopt runners whose recovery finished; retry or give up on failed ones."""
@@ -440,10 +456,14 @@ class EnvRunnerGroup(ActorGroup):
                 continue
             slot.recovery = None
             try:
-                incarnation, runtime_restarts, version, soft = fut.result()
+                back = fut.result()
             except FtrlError as e:
                 self._on_failure(slot, e, "recovery")
                 continue
+            incarnation, runtime_restarts, version, soft = back.incarnation, back.restarts, back.version, back.soft
+            if back.channel is not None:  # opened for this incarnation while it recovered
+                self._close_channel(slot)
+                slot.channel, slot.channel_incarnation = back.channel, incarnation
             if incarnation != slot.incarnation:  # a joiner's create set its incarnation: no restart
                 # the runtime's count, not the incarnation jump: an actor moved to another
                 # node jumps by a whole local-restart range (several restarts may also have
@@ -770,19 +790,26 @@ class EnvRunnerGroup(ActorGroup):
             return None  # this incarnation has no channel: RPC only
         self._close_channel(slot)
         slot.channel_incarnation = slot.incarnation
+        slot.channel = self._open_channel(slot.name, slot.handle.options(timeout=self.probe_timeout))
+        return slot.channel
+
+    def _open_channel(self, name: str, handle: Any) -> Any:
+        """A new sample channel to the incarnation `handle` is pinned to (None: it has
+        none, or it cannot be reached: sampled by RPC). Any thread."""
+        if self._channel_token is None:
+            return None
         try:
-            info = slot.handle.options(timeout=self.probe_timeout).call("sample_address")
+            info = handle.call("sample_address")
             address = str(info.get("address", "")) if isinstance(info, dict) else ""
             if not address:
                 return None
             from ftrl.rl.sample_plane import SampleChannel
 
-            slot.channel = SampleChannel(address, self._channel_token, int(info.get("incarnation", 0)),
-                                         connect_timeout_s=min(5.0, self.probe_timeout))
+            return SampleChannel(address, self._channel_token, int(info.get("incarnation", 0)),
+                                 connect_timeout_s=min(5.0, self.probe_timeout))
         except (FtrlError, OSError) as e:
-            log.info("%s has no sample channel (%s): sampling by RPC", slot.name, describe_error(e))
+            log.info("%s has no sample channel (%s): sampling by RPC", name, describe_error(e))
             return None
-        return slot.channel
 
     @staticmethod
     def _close_channel(slot: RunnerSlot, forget: bool = False) -> None:

@@ -92,3 +92,5 @@ def test_runners_that_infer_with_torch_get_spares_with_torch():
     assert spare_preload(config, driver=False) == "ftrl.rl.env_runner"
     config.env_runners(inference_backend="torch")
     assert spare_preload(config, driver=False) == "ftrl.rl.env_runner,torch"
+    config.env_runners(inference_backend="numpy").learners(num_learners=2)  # learners host torch
+    assert spare_preload(config, driver=False) == "ftrl.rl.env_runner,torch"
