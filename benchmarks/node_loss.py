@@ -1,5 +1,6 @@
-"""SIGKILL a worker -> the coordinator declares NODE_LOST (heartbeats stop).
-Target: under heartbeat timeout + 0.5 s after the kill.
+"""SIGKILL a worker -> the coordinator declares NODE_LOST: at once when its stream ends and
+its port refuses connections (the process is gone, the machine up), else when heartbeats
+stop. Target: under heartbeat timeout + 0.5 s after the kill.
 
 Usage: python benchmarks/node_loss.py [--trials 5] [--heartbeat-timeout 2.0]
 """
