@@ -35,8 +35,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from common import emit, env_with_repo, summary
@@ -58,6 +59,7 @@ JOB = {"algo": "PPO", "environment": {"env": "CartPole-v1"},
 # Each channel its own subchannel (as each worker process has): gRPC otherwise shares one
 # connection, and its reconnect backoff, between channels of equal target and options.
 OWN_SUBCHANNEL = ("grpc.use_local_subchannel_pool", 1)
+T = TypeVar("T")
 PROCS: list[subprocess.Popen] = []  # killed at exit, whatever happens
 GROUPS: set[int] = set()  # pids of those started in a session of their own (killed as a group)
 
@@ -398,6 +400,23 @@ def real_job(base: Path, outage_s: float) -> dict[str, Any]:
         kill(proc)
 
 
+def in_scratch_dir(prefix: str, body: Callable[[Path], T]) -> T:
+    """`body(dir)` in a new temporary dir: removed after, kept (and named) when it failed;
+    every process it started (PROCS) is killed either way."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        result = body(base)
+    except BaseException:
+        print(f"# failed; logs kept in {base}", file=sys.stderr)
+        raise
+    else:
+        shutil.rmtree(base, ignore_errors=True)
+    finally:
+        for proc in PROCS:
+            kill(proc, group=proc.pid in GROUPS)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=100)
@@ -408,22 +427,17 @@ def main() -> None:
                     help="simulated workers send RegisterNode with wait_for_ready (a possible agent change)")
     ap.add_argument("--no-real-job", action="store_true")
     args = ap.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="ftrl-failover-"))  # /tmp: the same disk as /work here
-    try:
+
+    def measure(base: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         import uvloop
 
         sim = uvloop.run(simulated(base, args.nodes, args.actors, args.trials, args.register_wait_for_ready))
         real: dict[str, Any] = {"measured": False, "why": "--no-real-job"}
         if not args.no_real_job:
             real = real_job(base, args.outage)
-    except BaseException:
-        print(f"# failed; logs kept in {base}", file=sys.stderr)
-        raise
-    else:
-        shutil.rmtree(base, ignore_errors=True)
-    finally:
-        for proc in PROCS:
-            kill(proc, group=proc.pid in GROUPS)
+        return sim, real
+
+    sim, real = in_scratch_dir("ftrl-failover-", measure)  # /tmp: the same disk as /work here
     emit({
         "benchmark": "coordinator_failover",
         "what": "SIGKILL a coordinator with --state-dir, restart it on the same dir and port",

@@ -21,12 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from coordinator_failover import (
     JOB,
     OWN_SUBCHANNEL,
     PROCS,
+    in_scratch_dir,
     kill,
     last_iteration,
     start_coordinator,
@@ -206,17 +205,8 @@ def main() -> None:
     ap.add_argument("--outage", type=float, default=10.0, help="seconds the coordinator is down")
     ap.add_argument("--calm", type=float, default=3.0, help="seconds of undisturbed training before each kill")
     args = ap.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="ftrl-freshness-"))
-    try:
-        result = asyncio.run(run(base, args.trials, args.outage, args.calm))
-    except BaseException:
-        print(f"# failed; logs kept in {base}", file=sys.stderr)
-        raise
-    else:
-        shutil.rmtree(base, ignore_errors=True)
-    finally:
-        for proc in PROCS:
-            kill(proc, group=proc.pid in GROUPS)
+    result = in_scratch_dir("ftrl-freshness-", lambda base: asyncio.run(run(base, args.trials, args.outage,
+                                                                         args.calm)))
     reconnect = dict(channel_options(0)).get("grpc.max_reconnect_backoff_ms")
     emit({
         "benchmark": "status_freshness",

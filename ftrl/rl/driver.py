@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 60.0
 #: How long the end of a run waits for the coordinator to take its final report.
 FINAL_REPORT_TIMEOUT_S = 60.0
+#: How long a resuming driver waits for the coordinator's record of its job's progress.
+KNOWN_ROW_TIMEOUT_S = 3.0
 # What a follower needs to show progress (Progress.format), not the whole result.
 _PROGRESS_KEYS = frozenset({
     "iteration", "env_steps_sampled", "episode_return_mean", "num_env_runners",
@@ -190,11 +192,18 @@ class AlgorithmDriver:
         unreachable within a few seconds, or has none): a resume never goes back past it."""
         if self.job_client is None or not hasattr(self.job_client, "job_status"):
             return None
-        try:
-            row = self.job_client.job_status(self.job_name).get("metrics")
-        except Exception as e:  # unreachable, no such job (a driver started by hand)
-            log.info("job %s: no record of its progress from the coordinator (%s)", self.job_name, e)
-            return None
+        answer: list[Any] = []
+
+        def ask() -> None:
+            try:
+                answer.append(self.job_client.job_status(self.job_name).get("metrics"))
+            except Exception as e:  # unreachable, no such job (a driver started by hand)
+                log.info("job %s: no record of its progress from the coordinator (%s)", self.job_name, e)
+
+        asking = threading.Thread(target=ask, name="ftrl-known-row", daemon=True)
+        asking.start()
+        asking.join(KNOWN_ROW_TIMEOUT_S)  # a coordinator that is away does not hold the resume
+        row = answer[0] if answer else None
         return row if isinstance(row, dict) and isinstance(row.get("iteration"), int) else None
 
     def _on_row_durable(self, row: dict[str, Any]) -> None:

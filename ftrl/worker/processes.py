@@ -46,6 +46,7 @@ import signal
 import sys
 import threading
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -234,59 +235,59 @@ def _open_pipes(log_path: Path) -> tuple[int, int, int, int, int]:
     return to_child_r, to_child_w, from_child_r, from_child_w, out
 
 
-async def _actor_process(proc: asyncio.subprocess.Process | AdoptedProcess, ctl_w: int,
-                         from_child_r: int, forked: bool = False) -> ActorProcess:
+async def _start_host(start: Callable[[int, int, int], Awaitable[asyncio.subprocess.Process | AdoptedProcess]],
+                      log_path: Path) -> ActorProcess:
+    """Open a spare's control pipes and log file, have `start(ctl_in, ctl_out, log_fd)`
+    start the process that gets the child's ends, keep ours: the spare as an ActorProcess."""
+    to_child_r, to_child_w, from_child_r, from_child_w, out = _open_pipes(log_path)
+    try:
+        proc = await start(to_child_r, from_child_w, out)
+    except BaseException:
+        os.close(to_child_w)
+        os.close(from_child_r)
+        raise
+    finally:
+        os.close(out)
+        os.close(to_child_r)
+        os.close(from_child_w)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 24)
     transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child_r, "rb", buffering=0)
     )
-    return ActorProcess(proc, ctl_w, reader, transport, forked=forked)
+    return ActorProcess(proc, to_child_w, reader, transport, forked=isinstance(proc, AdoptedProcess))
 
 
 async def spawn_host(preload: str, log_path: Path, env: dict[str, str]) -> ActorProcess:
     """Start a cold spare host process with two control pipes."""
-    to_child_r, to_child_w, from_child_r, from_child_w, out = _open_pipes(log_path)
-    try:
-        proc = await asyncio.create_subprocess_exec(
+
+    async def start(ctl_in: int, ctl_out: int, out: int) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ftrl.worker.host",
-            "--ctl-in", str(to_child_r), "--ctl-out", str(from_child_w), "--preload", preload,
-            pass_fds=(to_child_r, from_child_w),
+            "--ctl-in", str(ctl_in), "--ctl-out", str(ctl_out), "--preload", preload,
+            pass_fds=(ctl_in, ctl_out),
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
             env={**os.environ, **env},
             start_new_session=False,
         )
-    except BaseException:
-        os.close(to_child_w)
-        os.close(from_child_r)
-        raise
-    finally:
-        os.close(out)
-        os.close(to_child_r)
-        os.close(from_child_w)
-    return await _actor_process(proc, to_child_w, from_child_r)
+
+    return await _start_host(start, log_path)
 
 
 async def fork_host(zygote: ZygoteClient, log_path: Path) -> ActorProcess:
     """A spare forked by the fork server and adopted by this process (see the module
     doc). ZygoteError when the zygote did not give one."""
-    to_child_r, to_child_w, from_child_r, from_child_w, out = _open_pipes(log_path)
-    try:
-        pid = await zygote.fork((to_child_r, from_child_w, out))
+
+    async def start(ctl_in: int, ctl_out: int, out: int) -> AdoptedProcess:
+        pid = await zygote.fork((ctl_in, ctl_out, out))
         if parent_pid(pid) != os.getpid():  # not ours to wait for: never use it
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             raise ZygoteError(f"the forked spare {pid} was not adopted by this worker (is it "
                               "a child subreaper?)", "refused")
-    except BaseException:
-        os.close(to_child_w)
-        os.close(from_child_r)
-        raise
-    finally:
-        os.close(out)
-        os.close(to_child_r)
-        os.close(from_child_w)
-    return await _actor_process(AdoptedProcess(pid), to_child_w, from_child_r, forked=True)
+        return AdoptedProcess(pid)
+
+    return await _start_host(start, log_path)
 
 
 # ---------------------------------------------------------------- orphans

@@ -205,3 +205,22 @@ def test_a_lost_state_takes_the_newer_filter_the_runners_were_synced_with(tmp_pa
         second.stop()
     rows = [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows == [1, 2, 3, 4]
+
+
+def test_an_output_dir_it_cannot_see_resumes_the_counters_from_the_coordinators_record(tmp_path, caplog):
+    """A driver restarted on a node whose disk does not hold the job's output (not shared
+    storage): the counters go on from the row the coordinator holds; the learner starts
+    fresh (with a warning) as nothing holds its state; never iteration 1 again."""
+    cfg = (PPOConfig().environment("CartPole-v1")
+           .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=16)
+           .training(train_batch_size=32, minibatch_size=32, num_epochs=1).debugging(seed=0))
+    known = {"iteration": 40, "env_steps_sampled": 1280, "env_steps_trained": 1280, "time_s": 9.5,
+             "episodes_total": 77, "weights_version": 40, "num_env_runner_restarts": 3}
+    algo = cfg.build(output_dir=tmp_path, resume=True, known_row=known)
+    assert "no learner state of version 40" in caplog.text
+    assert (algo.iteration, algo.env_steps_sampled, algo.episodes.episodes_total) == (40, 1280, 77)
+    result = algo.train()
+    assert result["iteration"] == 41 and result["env_steps_sampled"] == 1280 + 32
+    assert result["time_s"] >= 9.5
+    algo.stop()
+    assert [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [41]
