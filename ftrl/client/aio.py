@@ -649,6 +649,14 @@ class AsyncActorHandle:
                 data = await self._call_stream(stub, header, parts)
         except StopAsyncIteration:
             raise ActorUnavailableError(f"actor {self.name} closed the call without a reply") from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our caller cancelled us
+            # gRPC cancels the calls of a channel that is closed under them: another call to
+            # this address failed and dropped it. The actor is unreachable, not our caller gone.
+            raise ActorUnavailableError(f"call {self.name}.{method}() was cut: the channel to "
+                                        f"{address} closed after another call to it failed") from None
         except InvalidArgumentError as e:
             raise ActorUnavailableError(f"reply from {self.name}.{method}() was cut: {e}") from None
         except grpc.RpcError as e:

@@ -1,0 +1,64 @@
+"""A call whose channel is closed under it (another call to the same address failed and
+dropped the channel) fails with ActorUnavailableError, like any lost connection; it is
+never a bare CancelledError, which callers gathering futures do not expect. A caller that
+cancels its own call still gets CancelledError."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ftrl.client.aio import AsyncActorHandle, AsyncClient
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire.errors import ActorUnavailableError
+from ftrl.wire.security import Security, bind
+from ftrl.worker.actor_server import ActorServicer, new_actor_server
+from tests.actors import Counter
+
+
+@pytest.fixture
+async def counter_address():
+    """An actor server (Counter, incarnation 3) on loopback, without a token."""
+    servicer = ActorServicer(Counter(), "c", 3)
+    server = new_actor_server(servicer, Security(), 1 << 20)
+    port = bind(server, "127.0.0.1:0", Security())
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(0)
+        servicer.executor.shutdown(wait=False)
+
+
+def _handle(client: AsyncClient, address: str) -> AsyncActorHandle:
+    info = pb.ActorInfo(name="c", state=pb.ACTOR_ALIVE, incarnation=3, address=address, valid_for_s=60.0)
+    return AsyncActorHandle(client, "c", info, strict=True, timeout=10.0)
+
+
+async def test_a_call_cut_by_a_dropped_channel_is_unavailable_not_cancelled(counter_address):
+    client = AsyncClient("127.0.0.1:1", security=Security())
+    try:
+        handle = _handle(client, counter_address)
+        assert await handle.call("incr", 2) == 2  # the channel is up
+        slow = asyncio.ensure_future(handle.call("sleep", 5.0))
+        await asyncio.sleep(0.3)  # the call is in flight
+        await client.drop_actor_channel(counter_address)
+        with pytest.raises(ActorUnavailableError, match=r"channel to .* closed"):
+            await asyncio.wait_for(slow, 5.0)
+        assert not slow.cancelled()
+    finally:
+        await client.close()
+
+
+async def test_a_call_its_caller_cancels_is_cancelled(counter_address):
+    client = AsyncClient("127.0.0.1:1", security=Security())
+    try:
+        slow = asyncio.ensure_future(_handle(client, counter_address).call("sleep", 5.0))
+        await asyncio.sleep(0.3)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        assert slow.cancelled()
+    finally:
+        await client.close()
