@@ -37,6 +37,7 @@ import msgpack
 
 from ftrl.coordinator.records import ActorRecord, ActorState
 from ftrl.coordinator.store import Batch
+from ftrl.util.run_dir import DRIVER_STATE_FILE, has_saved_state
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire.errors import (
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DRIVER_CLASS = "ftrl.rl.driver:AlgorithmDriver"
-#: The newest state a job's driver keeps in its output dir (ftrl.rl.state_writer).
-DRIVER_STATE_FILE = "driver_state.ftrl"
 DRIVER_MAX_RESTARTS = 20
 MAX_LIVE_JOBS = 1000
 MAX_ENDED_JOBS = 1000  # the oldest ended jobs are forgotten past this
@@ -291,9 +290,7 @@ class JobTable:
         if len(output) > 4096 or "\0" in output:
             raise InvalidArgumentError("output_dir must be a path of at most 4096 characters")
         output = str(Path(output).absolute())
-        checkpoints = Path(output) / "checkpoints"
-        if not req.resume and ((Path(output) / DRIVER_STATE_FILE).exists()
-                               or (checkpoints.is_dir() and any(checkpoints.glob("checkpoint_*")))):
+        if not req.resume and has_saved_state(output):
             raise FailedPreconditionError(
                 f"{output} already holds the state of an earlier run (checkpoints, {DRIVER_STATE_FILE}); "
                 "submit with resume (`ftrl submit --resume`) to continue it, or choose another output directory")

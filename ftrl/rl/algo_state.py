@@ -53,8 +53,9 @@ from ftrl.config import AlgorithmConfig
 from ftrl.rl.checkpoint import CheckpointManager
 from ftrl.rl.env_runner import config_from_dict
 from ftrl.rl.spaces import SpaceSpec
-from ftrl.rl.state_writer import DRIVER_STATE_FILE, LEARNER_STATE_FILE, load_state_file
+from ftrl.rl.state_writer import load_state_file
 from ftrl.util.rng_state import global_rng_from_wire, global_rng_to_wire
+from ftrl.util.run_dir import CHECKPOINT_DIR, DRIVER_STATE_FILE, LEARNER_STATE_FILE
 from ftrl.wire.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -167,12 +168,6 @@ def save_checkpoint(algo: Algorithm) -> Path:
     return path
 
 
-def has_saved_state(output_dir: str | Path) -> bool:
-    """Whether `output_dir` holds a run's state (a driver state or a checkpoint file)."""
-    out = Path(output_dir)
-    return (out / DRIVER_STATE_FILE).exists() or any((out / "checkpoints").glob("checkpoint_*.ftrl"))
-
-
 def newest_state(output_dir: str | Path) -> tuple[dict[str, Any], Path] | None:
     """The newest valid state under `output_dir`: driver_state.ftrl or the newest valid
     checkpoint, whichever has the higher iteration (the driver state on a tie)."""
@@ -181,7 +176,7 @@ def newest_state(output_dir: str | Path) -> tuple[dict[str, Any], Path] | None:
     driver = load_state_file(out / DRIVER_STATE_FILE)
     if driver is not None:
         found.append((driver, out / DRIVER_STATE_FILE))
-    checkpoint = CheckpointManager(out / "checkpoints").load_latest()
+    checkpoint = CheckpointManager(out / CHECKPOINT_DIR).load_latest()
     if checkpoint is not None:
         found.append(checkpoint)
     if not found:

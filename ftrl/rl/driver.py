@@ -39,10 +39,10 @@ from typing import Any
 
 from ftrl.client.jobs import FINAL_STAGES
 from ftrl.config import load_job
-from ftrl.rl.algo_state import has_saved_state
 from ftrl.rl.job_link import JobLink
 from ftrl.rl.metrics import json_safe
 from ftrl.rl.run_loop import StopRequest
+from ftrl.util.run_dir import has_saved_state
 from ftrl.wire.errors import FtrlError
 
 log = logging.getLogger(__name__)

@@ -41,11 +41,9 @@ from ftrl.rl.checkpoint import CorruptCheckpointError, decode_checkpoint, encode
 from ftrl.rl.metrics import MetricsLog
 from ftrl.util.backoff import Backoff
 from ftrl.util.files import atomic_write_bytes
+from ftrl.util.run_dir import DRIVER_STATE_FILE, LEARNER_STATE_FILE
 
 log = logging.getLogger(__name__)
-
-DRIVER_STATE_FILE = "driver_state.ftrl"
-LEARNER_STATE_FILE = "learner_state.ftrl"
 
 LearnerSource = dict[str, Any] | Callable[[], dict[str, Any] | None] | None
 

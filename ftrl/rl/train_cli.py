@@ -299,7 +299,7 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
         return 2
     config, stop = job.config, job.stop
     output = output_dir(args, config)
-    from ftrl.rl.algo_state import has_saved_state
+    from ftrl.util.run_dir import has_saved_state
 
     if not getattr(args, "resume", False) and has_saved_state(output):
         print(

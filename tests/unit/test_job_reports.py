@@ -5,11 +5,13 @@ the record never moves back; job records of older versions still load."""
 from __future__ import annotations
 
 import msgpack
+import pytest
 
 from ftrl.coordinator.jobs import JobRecord, JobStage
 from ftrl.coordinator.store import Batch, SQLiteStore
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
+from ftrl.wire.errors import FailedPreconditionError
 from tests.unit.controller_harness import Harness
 
 
@@ -83,6 +85,21 @@ def test_a_fresh_submit_starts_a_new_record_from_zero(tmp_path):
     h.started("j/algorithm")
     _report(h, driver.incarnation, 1, 1)
     assert _shown(again) == (1, 10, 1, 1)
+
+
+@pytest.mark.parametrize("saved", ["driver_state.ftrl", "checkpoints/checkpoint_00000010.ftrl"])
+def test_a_fresh_submit_into_a_dir_holding_a_runs_state_is_refused_a_resume_is_not(tmp_path, saved):
+    h = Harness()
+    h.register("n1", cpu=4)
+    (tmp_path / "j" / saved).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "j" / saved).write_bytes(b"state")
+    config = codec.encode({"algo": "ppo", "env": "CartPole-v1", "num_env_runners": 1})
+    with pytest.raises(FailedPreconditionError, match="already holds the state of an earlier run"):
+        h.c.submit_job(pb.SubmitJobRequest(job_id="j", config=config, output_dir=str(tmp_path / "j")))
+    assert "j" not in h.c.jobs.jobs
+    job = h.c.submit_job(pb.SubmitJobRequest(job_id="j", config=config, output_dir=str(tmp_path / "j"),
+                                             resume=True))
+    assert job.resume and not job.stage.final
 
 
 def test_the_shown_iteration_is_durable_and_old_records_without_it_load(tmp_path):

@@ -117,12 +117,6 @@ def test_a_learner_state_that_must_be_fetched_goes_after_the_row(tmp_path):
         writer.submit(9, _state(9), None)
 
 
-def test_the_coordinator_refuses_a_fresh_submit_into_a_dir_with_a_driver_state():
-    from ftrl.coordinator import jobs
-
-    assert jobs.DRIVER_STATE_FILE == DRIVER_STATE_FILE  # the coordinator does not import ftrl.rl
-
-
 # --------------------------------------------------------------------------- reconciliation
 
 
