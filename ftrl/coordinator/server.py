@@ -40,6 +40,7 @@ NODE_QUEUE = 100_000
 PROBE_TIMEOUT_S = 1.0
 #: When to probe such a worker's port (seconds before each try).
 PROBE_DELAYS_S = (0.0, 0.2, 1.0)
+MAX_WAIT_S = 300.0
 
 
 async def _refuses_connections(host: str, port: int) -> bool | None:
@@ -56,7 +57,6 @@ async def _refuses_connections(host: str, port: int) -> bool | None:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return False
-MAX_WAIT_S = 300.0
 
 
 def _caller(context: aio.ServicerContext) -> str:

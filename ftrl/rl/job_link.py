@@ -248,22 +248,12 @@ class JobLink:
                 self.final_delivered = True
 
     def _forget_rows(self, seqs: list[int]) -> None:
-        """Drop the queued rows `seqs` (sent, or refused; under the lock): a run of the
-        oldest, or the newest row, sent ahead of the older ones."""
+        """Drop the queued rows `seqs` (sent, or refused; under the lock)."""
         gone = set(seqs)
-        while self._rows and self._rows[0][0] in gone:
-            gone.discard(self._rows.popleft()[0])
-        for seq in gone:
-            if self._rows and seq > self._rows[0][0]:  # not one of the oldest (those may be dropped)
-                self._remove_row(seq)
-
-    def _remove_row(self, seq: int) -> None:
-        """Remove row `seq` from the queue, searching from the newest end."""
-        for i in range(len(self._rows) - 1, -1, -1):
-            if self._rows[i][0] <= seq:
-                if self._rows[i][0] == seq:
-                    del self._rows[i]
-                return
+        if gone:
+            kept = [item for item in self._rows if item[0] not in gone]
+            self._rows.clear()
+            self._rows.extend(kept)
 
     def _send(self, state: dict[str, Any], rows: list[dict[str, Any]],
               seqs: list[int]) -> tuple[dict[str, Any] | None, float]:

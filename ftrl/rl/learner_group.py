@@ -511,11 +511,10 @@ class LearnerGroup(ActorGroup):
         """Count the learners whose call failed by their own fault (died, unreachable,
         hung, raised; not a peer's failure seen from a survivor); raise on user-code
         failures of one learner too many times in a row."""
-        own_failures = [n for n, e in errors.items() if _own_failure(e)]
+        own_failures = {n: e for n, e in errors.items() if _own_failure(e)}
         self.num_learner_failures += len(own_failures)
         self._failed.update(own_failures)
-        own = {n: e for n, e in errors.items()
-               if isinstance(e, ActorError) and _remote_kind(e) not in COLLATERAL}
+        own = {n: e for n, e in own_failures.items() if isinstance(e, ActorError)}  # its code raised
         if not own:
             return
         self._consecutive_failures += 1

@@ -97,7 +97,7 @@ class MetricsLog:
 
     def append_many(self, results: Iterable[Mapping[str, Any]]) -> None:
         """Append rows, in order, with one fsync."""
-        text = "".join(json.dumps(json_safe(r), allow_nan=False, sort_keys=True) + "\n" for r in results)
+        text = _lines(json_safe(r) for r in results)
         if not text:
             return
         with self.path.open("a", encoding="utf-8") as f:
@@ -110,44 +110,48 @@ class MetricsLog:
         rows = [r for r in self.read() if isinstance(r.get("iteration"), int)]
         return max(rows, key=lambda r: r["iteration"]) if rows else None
 
+    def read(self) -> list[dict[str, Any]]:
+        """Every well-formed line (a torn last line is skipped)."""
+        return _parse(self._text().splitlines())
+
     def drop_torn_lines(self) -> int:
         """Rewrite the file without lines that are not whole JSON objects (a write torn
         by a crash); returns how many went. Whole rows are never removed."""
-        if not self.path.exists():
+        text = self._text()
+        lines = text.splitlines()
+        kept = _parse(lines)
+        if len(kept) == len(lines) and (not text or text.endswith("\n")):
             return 0
-        raw = self.path.read_text(encoding="utf-8")
-        if raw.endswith("\n") and len(self.read()) == len(raw.splitlines()):
-            return 0
-        kept = self.read()
-        atomic_write_bytes(self.path, "".join(json.dumps(r, allow_nan=False, sort_keys=True) + "\n"
-                                              for r in kept).encode("utf-8"))
-        return len(raw.splitlines()) - len(kept)
-
-    def read(self) -> list[dict[str, Any]]:
-        """Every well-formed line (a torn last line is skipped)."""
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-        return out
+        atomic_write_bytes(self.path, _lines(kept).encode("utf-8"))
+        return len(lines) - len(kept)
 
     def truncate_after(self, iteration: int) -> int:
         """Keep only lines with iteration <= `iteration` (and drop torn lines); atomically.
         Returns how many lines were dropped."""
         if not self.path.exists():
             return 0
-        raw = self.path.read_text(encoding="utf-8").splitlines()
-        kept = [
-            json.dumps(obj, allow_nan=False, sort_keys=True)
-            for obj in self.read()
-            if isinstance(obj.get("iteration"), int) and obj["iteration"] <= iteration
-        ]
-        text = "".join(line + "\n" for line in kept)
-        atomic_write_bytes(self.path, text.encode("utf-8"))
-        return len(raw) - len(kept)
+        lines = self._text().splitlines()
+        kept = [r for r in _parse(lines) if isinstance(r.get("iteration"), int) and r["iteration"] <= iteration]
+        atomic_write_bytes(self.path, _lines(kept).encode("utf-8"))
+        return len(lines) - len(kept)
+
+    def _text(self) -> str:
+        return self.path.read_text(encoding="utf-8") if self.path.exists() else ""
+
+
+def _lines(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Rows as metrics.jsonl lines."""
+    return "".join(json.dumps(r, allow_nan=False, sort_keys=True) + "\n" for r in rows)
+
+
+def _parse(lines: list[str]) -> list[dict[str, Any]]:
+    """The lines that are whole JSON objects, parsed."""
+    out = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out

@@ -269,9 +269,7 @@ class EnvRunnerGroup(ActorGroup):
                 restarted = max(1, back.restarts - slot.runtime_restarts)
                 self.num_env_runner_restarts += restarted
                 slot.runtime_restarts += restarted
-            if back.channel is not None:
-                self._close_channel(slot)
-                slot.channel, slot.channel_incarnation = back.channel, back.incarnation
+            self._adopt_channel(slot, back)
             slot.incarnation, slot.synced_version, slot.state = back.incarnation, back.version, "healthy"
         if errors and validate:
             raise EnvRunnerFailureError(
@@ -460,25 +458,20 @@ class EnvRunnerGroup(ActorGroup):
             except FtrlError as e:
                 self._on_failure(slot, e, "recovery")
                 continue
-            incarnation, runtime_restarts, version, soft = back.incarnation, back.restarts, back.version, back.soft
-            if back.channel is not None:  # opened for this incarnation while it recovered
-                self._close_channel(slot)
-                slot.channel, slot.channel_incarnation = back.channel, incarnation
-            if incarnation != slot.incarnation:  # a joiner's create set its incarnation: no restart
+            self._adopt_channel(slot, back)
+            if back.incarnation != slot.incarnation:  # a joiner's create set its incarnation: no restart
                 # the runtime's count, not the incarnation jump: an actor moved to another
                 # node jumps by a whole local-restart range (several restarts may also have
                 # happened while it was away: count them all)
-                restarted = max(1, runtime_restarts - slot.runtime_restarts)
+                restarted = max(1, back.restarts - slot.runtime_restarts)
                 self.num_env_runner_restarts += restarted
                 slot.runtime_restarts += restarted
                 slot.restarts += 1
-            elif soft:
+            elif back.soft:
                 self.num_env_runner_restarts += 1  # soft restart: envs rebuilt in place
                 slot.restarts += 1
-            slot.incarnation = incarnation
-            slot.synced_version = version
-            slot.state = "healthy"
-            log.info("%s is back (incarnation %d, weights v%d)", slot.name, incarnation, version)
+            slot.incarnation, slot.synced_version, slot.state = back.incarnation, back.version, "healthy"
+            log.info("%s is back (incarnation %d, weights v%d)", slot.name, back.incarnation, back.version)
 
     def wait_for_healthy(self) -> None:
         """Block until at least one runner is healthy, or raise after the tolerance."""
@@ -810,6 +803,12 @@ class EnvRunnerGroup(ActorGroup):
         except (FtrlError, OSError) as e:
             log.info("%s has no sample channel (%s): sampling by RPC", name, describe_error(e))
             return None
+
+    def _adopt_channel(self, slot: RunnerSlot, back: Recovered) -> None:
+        """Take the sample channel a recovery opened for the incarnation it brought back."""
+        if back.channel is not None:
+            self._close_channel(slot)
+            slot.channel, slot.channel_incarnation = back.channel, back.incarnation
 
     @staticmethod
     def _close_channel(slot: RunnerSlot, forget: bool = False) -> None:

@@ -25,29 +25,32 @@ def _died(client, seq: int, name: str, incarnation: int, why: str) -> dict:
                       and why in e["message"], prefix=name, timeout=30)
 
 
+def _kill_and_restarted(client, name: str, sig: int = signal.SIGKILL) -> dict:
+    """Kill the actor's process with `sig`: its death is reported with that signal, and
+    its next incarnation comes up; that one's record."""
+    before = client.actor(name)
+    seq = event_seq(client)
+    os.kill(before["pid"], sig)
+    _died(client, seq, name, before["incarnation"], f"killed by signal {signal.Signals(sig).name}")
+    return client.wait_actor(name, 30, min_incarnation=before["incarnation"] + 1)
+
+
 def test_a_restarted_actor_runs_in_a_forked_spare_and_its_death_is_reported(make_cluster):
     cl = make_cluster(workers=1, slots=2)
     worker = cl.worker_procs["local-0"].pid
     c = cl.client()
     h = c.create_actor(PROBE, name="forked", max_restarts=-1)
-    first = c.actor("forked")
-    seq = event_seq(c)
-    os.kill(first["pid"], signal.SIGKILL)
-    _died(c, seq, "forked", first["incarnation"], "killed by signal SIGKILL")
-
-    second = c.wait_actor("forked", 30, min_incarnation=first["incarnation"] + 1)
+    second = _kill_and_restarted(c, "forked")
     origin = h.call("origin")
     assert origin["pid"] == second["pid"] and origin["ppid"] == worker
     assert Path(origin["argv0"]).name == "zygote.py", origin  # forked, not `-m ftrl.worker.host`
     assert any("ftrl-spare-zygote" in t for t in _children_titles(worker))
-    os.kill(second["pid"], signal.SIGKILL)
-    _died(c, seq, "forked", second["incarnation"], "killed by signal SIGKILL")
 
-    third = c.wait_actor("forked", 30, min_incarnation=second["incarnation"] + 1)
+    third = _kill_and_restarted(c, "forked")  # forked spares report their real exit status
     assert Path(h.call("origin")["argv0"]).name == "zygote.py"
-    os.kill(third["pid"], signal.SIGSEGV)
-    _died(c, seq, "forked", third["incarnation"], "killed by signal SIGSEGV")
+    _kill_and_restarted(c, "forked", signal.SIGSEGV)
     assert h.call("incr") == 1  # the next incarnation serves
+    assert c.actor("forked")["incarnation"] > third["incarnation"]
 
 
 def test_without_the_fork_server_spares_are_cold(make_cluster, monkeypatch):
@@ -56,11 +59,7 @@ def test_without_the_fork_server_spares_are_cold(make_cluster, monkeypatch):
     worker = cl.worker_procs["local-0"].pid
     c = cl.client()
     h = c.create_actor(PROBE, name="cold", max_restarts=-1)
-    first = c.actor("cold")
-    seq = event_seq(c)
-    os.kill(first["pid"], signal.SIGKILL)
-    _died(c, seq, "cold", first["incarnation"], "killed by signal SIGKILL")
-    c.wait_actor("cold", 30, min_incarnation=first["incarnation"] + 1)
+    _kill_and_restarted(c, "cold")
     origin = h.call("origin")
     assert origin["ppid"] == worker and Path(origin["argv0"]).name == "host.py", origin
     assert not any("zygote" in t for t in _children_titles(worker))

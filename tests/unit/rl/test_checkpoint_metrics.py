@@ -83,6 +83,22 @@ def test_metrics_log_appends_and_truncates(tmp_path):
     assert [r["iteration"] for r in log.read()] == [1, 2, 3]
 
 
+def test_torn_lines_are_dropped_and_whole_rows_kept(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    log = MetricsLog(path)
+    assert log.drop_torn_lines() == 0 and log.last() is None  # no file yet
+    log.append_many([{"iteration": 1}, {"iteration": 3}, {"iteration": 2}])
+    before = path.stat().st_mtime_ns
+    assert log.drop_torn_lines() == 0 and path.stat().st_mtime_ns == before  # a whole file is left as is
+    with path.open("a") as f:
+        f.write('{"iteration": 4, "torn')  # a crash in the middle of an append
+    assert log.drop_torn_lines() == 1
+    assert path.read_text().endswith("}\n") and [r["iteration"] for r in log.read()] == [1, 3, 2]
+    assert log.last() == {"iteration": 3}  # the highest iteration, not the last line
+    log.append({"iteration": 4})
+    assert [r["iteration"] for r in log.read()] == [1, 3, 2, 4]  # appends start on a line of their own
+
+
 def test_json_safe():
     assert json_safe({"a": [math.inf, np.int64(3)], "b": np.array([1.0, math.nan])}) == {"a": [None, 3], "b": [1.0, None]}
 

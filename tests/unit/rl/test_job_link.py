@@ -162,9 +162,8 @@ def test_an_unreachable_coordinator_is_retried_at_a_short_fixed_interval(caplog)
     caplog.set_level(logging.INFO, logger="ftrl.rl.job_link")
     link = JobLink(fake, "job", 1, poll_interval_s=0.05).start()  # the default intervals
     link.report("RUNNING", iteration=1, row={"iteration": 1})
-    time.sleep(1.5)
-    gaps = [b - a for a, b in zip(fake.failed_at, fake.failed_at[1:], strict=False)]
-    assert fake.failed >= 8 and max(gaps) < 0.4, gaps  # no backing off to seconds
+    # 8 tries at 0.1 s take ~0.7 s; backing off (0.5, 1, 2, 4, 5 s...) they would take 22 s
+    _until(lambda: fake.failed >= 8, timeout=8.0, what="8 tries without backing off")
     fake.down = False
     _until(lambda: link.pending_rows == 0, what="the row delivered")
     fake.down = True  # a second outage
@@ -180,8 +179,9 @@ def test_a_coordinator_that_fails_calls_is_retried_backing_off():
     fake.down, fake.error = True, FtrlError
     link = JobLink(fake, "job", 1, poll_interval_s=0.05, max_backoff_s=5.0).start()
     link.report("RUNNING", iteration=1, row={"iteration": 1})
-    time.sleep(1.2)
-    assert 2 <= fake.failed <= 3  # at 0, 0.5 and 1.5 s
+    _until(lambda: fake.failed >= 3, timeout=20.0, what="3 tries")
+    gaps = [b - a for a, b in zip(fake.failed_at, fake.failed_at[1:], strict=False)]
+    assert gaps[0] >= 0.45 and gaps[1] >= 0.95, gaps  # at 0, 0.5 and 1.5 s: backing off
     fake.down = False
     assert link.finish("FINISHED", timeout_s=10) and fake.batches() == [[1]]
 
