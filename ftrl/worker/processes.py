@@ -422,6 +422,11 @@ class SparePool:
         z = self._zygote
         return z.pid if z is not None and z.returncode is None else None
 
+    @property
+    def spare_pids(self) -> list[int]:
+        """The pids of the spares waiting in the pool."""
+        return [h.pid for h in self._spares]
+
     async def _spawn(self, preload: str | None = None) -> ActorProcess:
         """A new spare: forked when it is a pool spare and the zygote is up, else cold."""
         self._count += 1
@@ -602,7 +607,7 @@ class SparePool:
             self._spares.clear()
             self._first = None
             await asyncio.gather(*side_tasks, return_exceptions=True)
-            await _reap([*killed, *unused], timeout=1.0)
+            await _reap([*killed, *unused], timeout=5.0)
 
     async def _spawn_first(self) -> None:
         try:
