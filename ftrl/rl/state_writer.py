@@ -154,6 +154,7 @@ class StateWriter:
     def _write(self, job: tuple[int, dict[str, Any], LearnerSource] | None,
                rows: list[dict[str, Any]]) -> None:
         t0 = time.monotonic()
+        self._rows_written = 0  # a failure before the rows re-queues all of them
         learner: LearnerSource = None
         if job is not None:
             iteration, state, learner = job
@@ -163,7 +164,6 @@ class StateWriter:
             # no directory fsync: after a power loss the previous state (whole) will do
             atomic_write_bytes(self.state_path, encode_checkpoint(state), sync_dir=False)
             self.written_iteration = iteration
-        self._rows_written = 0
         if rows and self.metrics_log is not None:
             self.metrics_log.append_many(rows)
         self._rows_written = len(rows)

@@ -72,28 +72,30 @@ def test_a_slow_disk_skips_states_never_rows_and_never_blocks_submit(tmp_path, m
 
 def test_a_failed_write_is_logged_and_the_next_state_goes_on(tmp_path, monkeypatch, caplog):
     from ftrl.rl import state_writer
+    from tests.integration.conftest import wait_until
 
     real = state_writer.atomic_write_bytes
-    calls = {"n": 0}
+    disk_full = threading.Event()
 
     def flaky(path, data, **options):
-        calls["n"] += 1
-        if calls["n"] == 1:
+        if disk_full.is_set():
+            disk_full.clear()  # this write fails, the next ones go through
             raise OSError(28, "No space left on device")
         real(path, data, **options)
 
     monkeypatch.setattr(state_writer, "atomic_write_bytes", flaky)
     writer = StateWriter(tmp_path, MetricsLog(tmp_path / "metrics.jsonl")).start()
     writer.submit(1, _state(1), {"iteration": 1})
-    from tests.integration.conftest import wait_until
-
-    wait_until(lambda: writer.failures == 1, 10, what="the failed write")
+    assert writer.flush(30)  # a write that went through before the failure
+    disk_full.set()
     writer.submit(2, _state(2), {"iteration": 2})
+    wait_until(lambda: writer.failures == 1, 10, what="the failed write")
+    writer.submit(3, _state(3), {"iteration": 3})
     assert writer.flush(30)  # tried again (after its pause) with the newest state
     assert "No space left" in caplog.text and writer.failures == 1
-    assert decode_checkpoint((tmp_path / DRIVER_STATE_FILE).read_bytes())["iteration"] == 2
-    # the row of the failed write waited for a state at least as new
-    assert [r["iteration"] for r in MetricsLog(tmp_path / "metrics.jsonl").read()] == [1, 2]
+    assert decode_checkpoint((tmp_path / DRIVER_STATE_FILE).read_bytes())["iteration"] == 3
+    # the row of the failed write was kept, and waited for a state at least as new
+    assert [r["iteration"] for r in MetricsLog(tmp_path / "metrics.jsonl").read()] == [1, 2, 3]
     writer.close()
 
 
