@@ -6,6 +6,8 @@ cancels its own call still gets CancelledError."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import NamedTuple
 
 import pytest
 
@@ -17,15 +19,36 @@ from ftrl.worker.actor_server import ActorServicer, new_actor_server
 from tests.actors import Counter
 
 
+class SignallingCounter(Counter):
+    """A Counter that tells when its `sleep` runs: the call is in flight on the server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeping = threading.Event()
+
+    def sleep(self, seconds: float) -> float:
+        self.sleeping.set()
+        return super().sleep(seconds)
+
+
+class Served(NamedTuple):
+    address: str
+    actor: SignallingCounter
+
+    async def wait_sleeping(self) -> None:
+        assert await asyncio.to_thread(self.actor.sleeping.wait, 10.0), "the call never reached the actor"
+
+
 @pytest.fixture
-async def counter_address():
-    """An actor server (Counter, incarnation 3) on loopback, without a token."""
-    servicer = ActorServicer(Counter(), "c", 3)
+async def served():
+    """An actor server (a Counter, incarnation 3) on loopback, without a token."""
+    actor = SignallingCounter()
+    servicer = ActorServicer(actor, "c", 3)
     server = new_actor_server(servicer, Security(), 1 << 20)
     port = bind(server, "127.0.0.1:0", Security())
     await server.start()
     try:
-        yield f"127.0.0.1:{port}"
+        yield Served(f"127.0.0.1:{port}", actor)
     finally:
         await server.stop(0)
         servicer.executor.shutdown(wait=False)
@@ -36,14 +59,14 @@ def _handle(client: AsyncClient, address: str) -> AsyncActorHandle:
     return AsyncActorHandle(client, "c", info, strict=True, timeout=10.0)
 
 
-async def test_a_call_cut_by_a_dropped_channel_is_unavailable_not_cancelled(counter_address):
+async def test_a_call_cut_by_a_dropped_channel_is_unavailable_not_cancelled(served):
     client = AsyncClient("127.0.0.1:1", security=Security())
     try:
-        handle = _handle(client, counter_address)
+        handle = _handle(client, served.address)
         assert await handle.call("incr", 2) == 2  # the channel is up
         slow = asyncio.ensure_future(handle.call("sleep", 5.0))
-        await asyncio.sleep(0.3)  # the call is in flight
-        await client.drop_actor_channel(counter_address)
+        await served.wait_sleeping()  # the call is in flight
+        await client.drop_actor_channel(served.address)
         with pytest.raises(ActorUnavailableError, match=r"channel to .* closed"):
             await asyncio.wait_for(slow, 5.0)
         assert not slow.cancelled()
@@ -51,11 +74,11 @@ async def test_a_call_cut_by_a_dropped_channel_is_unavailable_not_cancelled(coun
         await client.close()
 
 
-async def test_a_call_its_caller_cancels_is_cancelled(counter_address):
+async def test_a_call_its_caller_cancels_is_cancelled(served):
     client = AsyncClient("127.0.0.1:1", security=Security())
     try:
-        slow = asyncio.ensure_future(_handle(client, counter_address).call("sleep", 5.0))
-        await asyncio.sleep(0.3)
+        slow = asyncio.ensure_future(_handle(client, served.address).call("sleep", 5.0))
+        await served.wait_sleeping()
         slow.cancel()
         with pytest.raises(asyncio.CancelledError):
             await slow
