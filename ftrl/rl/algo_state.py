@@ -198,16 +198,15 @@ def resume(algo: Algorithm, known_row: dict[str, Any] | None = None) -> None:
     dropped = algo.metrics_log.drop_torn_lines()
     if dropped:
         log.warning("dropped %d torn lines from %s", dropped, algo.metrics_log.path)
-    found = newest_state(algo.output_dir)
-    state = found[0] if found is not None else None
+    state, algo.restored_from = newest_state(algo.output_dir) or (None, None)
     wanted: int | None = None
-    if found is not None:
-        algo.check_compatible(found[0])
-        _set_driver_state(algo, found[0])
-        algo.restored_from = found[1]
-        wanted = int(found[0]["learner_version"]) if "learner_version" in found[0] else int(found[0]["learner"]["version"])
+    if state is not None:
+        algo.check_compatible(state)
+        _set_driver_state(algo, state)
+        # a driver state names the learner's version; a checkpoint holds the learner itself
+        wanted = int(state["learner_version"]) if "learner_version" in state else int(state["learner"]["version"])
         algo._filter_version = wanted  # the filter restored is the one synced with these weights
-        row = found[0].get("row")
+        row = state.get("row")
         last = algo.metrics_log.last()
         if row and (last is None or last["iteration"] < algo.iteration):
             algo.metrics_log.append(row)  # its state was durable, its row not yet (nor reported)

@@ -53,6 +53,7 @@ from typing import Any
 
 from ftrl.cli import non_negative_int, positive
 from ftrl.config import AlgorithmConfig, JobSpec, load_job
+from ftrl.util.run_dir import DRIVER_STATE_FILE, has_saved_state
 from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
 log = logging.getLogger(__name__)
@@ -299,11 +300,9 @@ def run_train(args: argparse.Namespace, cluster_factory: ClusterFactory | None =
         return 2
     config, stop = job.config, job.stop
     output = output_dir(args, config)
-    from ftrl.util.run_dir import has_saved_state
-
     if not getattr(args, "resume", False) and has_saved_state(output):
         print(
-            f"ftrl train: {output} already holds the state of a run (checkpoints, driver_state.ftrl); "
+            f"ftrl train: {output} already holds the state of a run (checkpoints, {DRIVER_STATE_FILE}); "
             "pass --resume to continue it or choose another --output",
             file=sys.stderr,
         )
