@@ -2,7 +2,8 @@
 
 The coordinator says where an actor runs (or ran); that node's worker serves the file
 (`Worker.ReadLog`, see ftrl.worker.logs). A job's logs are those of every actor named
-`JOB/...`.
+`JOB/...`. Reading needs only the cluster calls (`ClusterCalls`: actors and nodes);
+`AsyncClient.logs` hands itself to `read_logs`.
 """
 
 from __future__ import annotations
@@ -10,25 +11,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
+from ftrl.client.cluster_calls import ClusterCalls
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.errors import ActorUnavailableError, NotFoundError, error_from_rpc
 from ftrl.wire.grpcopts import channel_options
 from ftrl.wire.security import secure_channel
 
-if TYPE_CHECKING:
-    from ftrl.client.aio import AsyncClient
-
 READ_TIMEOUT_S = 30.0  # a tail (no follow) must come back within this
 FOLLOW_TIMEOUT_S = 24 * 3600.0 + 60.0  # the worker ends a follow after 24 h; this bounds it too
 MAX_LINE = 64 << 10  # a longer line is cut (the rest follows as another line)
 
 
-async def _targets(client: AsyncClient, target: str) -> list[dict[str, Any]]:
+async def _targets(client: ClusterCalls, target: str) -> list[dict[str, Any]]:
     """The actor named `target`, else the actors of job `target` (names `target/...`)."""
     try:
         return [await client.actor(target)]
@@ -64,7 +63,7 @@ def _where(actor: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> str:
     return node["log_address"]
 
 
-async def _read_one(client: AsyncClient, name: str, address: str, tail: int, follow: bool,
+async def _read_one(client: ClusterCalls, name: str, address: str, tail: int, follow: bool,
                     out: asyncio.Queue) -> None:
     """Stream one actor's log into `out` as (name, line) items."""
     opts = [o for o in channel_options(1 << 20)]
@@ -73,7 +72,7 @@ async def _read_one(client: AsyncClient, name: str, address: str, tail: int, fol
     try:
         stub = pb_grpc.WorkerStub(channel)
         call = stub.ReadLog(pb.ReadLogRequest(name=name, tail_lines=tail, follow=follow),
-                            metadata=client._md, timeout=FOLLOW_TIMEOUT_S if follow else READ_TIMEOUT_S)
+                            metadata=client.metadata, timeout=FOLLOW_TIMEOUT_S if follow else READ_TIMEOUT_S)
         try:
             async for chunk in call:
                 if chunk.rotated and pending:
@@ -94,7 +93,7 @@ async def _read_one(client: AsyncClient, name: str, address: str, tail: int, fol
         await channel.close()
 
 
-async def read_logs(client: AsyncClient, target: str, tail: int = 100,
+async def read_logs(client: ClusterCalls, target: str, tail: int = 100,
                     follow: bool = False) -> AsyncIterator[tuple[str, str]]:
     """Yield (actor name, line) from the log of actor `target`, or of every actor of job
     `target`: the last `tail` lines of each, then (follow) new lines as they come."""
@@ -117,7 +116,7 @@ async def read_logs(client: AsyncClient, target: str, tail: int = 100,
                 yield item
 
 
-async def _pump(sources: dict[str, str], client: AsyncClient, tail: int, follow: bool,
+async def _pump(sources: dict[str, str], client: ClusterCalls, tail: int, follow: bool,
                 single: bool) -> AsyncIterator[tuple[str, str]]:
     """Read the logs of `sources` (name -> worker address) at once, yielding (name, line)
     as they come. A failed read raises for a single actor, else becomes a line saying so.
