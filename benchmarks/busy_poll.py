@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import throughput  # noqa: E402
 
 from ftrl.client.cluster import LocalCluster  # noqa: E402
-from ftrl.rl.runner_group import _channel_token  # noqa: E402
-from ftrl.rl.sample_plane import SampleChannel  # noqa: E402
+from ftrl.rl.sampling.runner_group import _channel_token  # noqa: E402
+from ftrl.rl.sampling.sample_plane import SampleChannel  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     plain = throughput.PlainLoop(args.envs)
     env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     slots = n * len(args.values) + 2
-    with LocalCluster(workers=1, slots=slots, preload="ftrl.rl.env_runner", env=env) as cluster:
+    with LocalCluster(workers=1, slots=slots, preload="ftrl.rl.sampling.env_runner", env=env) as cluster:
         client = cluster.client()
         token = _channel_token(client)
         weights = plain.policy.get_flat()

@@ -94,7 +94,7 @@ def main() -> None:
     args = parser.parse_args()
     env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out: dict = {"to_target": {}, "long_run": {}}
-    with LocalCluster(workers=1, slots=2, spares=args.spares, preload="ftrl.rl.env_runner", env=env) as cluster:
+    with LocalCluster(workers=1, slots=2, spares=args.spares, preload="ftrl.rl.sampling.env_runner", env=env) as cluster:
         client = cluster.client()
         calm = run(client, "calm", args.seed, args.target, None)
         out["to_target"]["calm"] = calm

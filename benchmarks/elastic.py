@@ -25,8 +25,8 @@ from common import emit, env_with_repo, summary
 
 import ftrl
 from ftrl.client.cluster import LocalCluster
-from ftrl.rl.env_factory import probe_spaces
-from ftrl.rl.learner_group import LearnerGroup
+from ftrl.rl.learning.learner_group import LearnerGroup
+from ftrl.rl.sampling.env_factory import probe_spaces
 from ftrl.rl.spaces import space_spec
 
 MAX_UPDATES = 50  # updates to wait for a re-formation or a join before giving up

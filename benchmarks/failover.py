@@ -50,7 +50,7 @@ from common import ROOT, emit, env_with_repo
 from ftrl.client.cluster import LocalCluster
 from ftrl.client.jobs import FINAL_STAGES, job_config
 from ftrl.config import load_job
-from ftrl.rl.embedded import spare_preload
+from ftrl.rl.driver.embedded import spare_preload
 
 SCENARIOS = ("calm", "runners", "learners", "nodes", "all")
 SPOT_NODES = itertools.count(1)  # replacement workers' ids, unique over the whole run

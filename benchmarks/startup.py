@@ -85,7 +85,7 @@ def role(pid: int, root: int) -> str:
     for sub in ("coordinator", "worker"):
         if sub in words and "ftrl" in words:
             return sub
-    if "ftrl.rl.sub_env" in words:
+    if "ftrl.rl.sampling.sub_env" in words:
         return "sub_env"
     return line[:60] or "?"
 

@@ -53,7 +53,7 @@ def p99(values: list[float]) -> float:
 def bench_raw(directory: Path, commits: int) -> dict[str, Any]:
     store = SQLiteStore(directory)
     try:
-        spec = pb.ActorSpec(name="job/env_runner/0", class_path="ftrl.rl.env_runner:EnvRunner",
+        spec = pb.ActorSpec(name="job/env_runner/0", class_path="ftrl.rl.sampling.env_runner:EnvRunner",
                             max_restarts=-1, resources={"cpu": 1.0})
         rec = ActorRecord(spec=spec, incarnation=1)
         latencies = []

@@ -10,7 +10,7 @@ its next sample() as soon as it answers; by RPC, and `pipelined_channel` on the 
 channel) and in synchronous rounds (all runners, then
 wait for all: what PPO does), and `per_core_vs_plain` = (steps/s / min(runners, cores))
 / plain-loop steps/s, all measured in alternating chunks so load noise hits each alike. Target (issue 3): >= 0.85.
-`sync_rounds_channel` is the synchronous rounds over the sample channel (ftrl.rl.sample_plane,
+`sync_rounds_channel` is the synchronous rounds over the sample channel (ftrl.rl.sampling.sample_plane,
 what EnvRunnerGroup uses on a non-TLS cluster) instead of actor RPC. `in_process_runner_vs_plain` measures
 the EnvRunner code alone (no RPC) against the plain loop, interleaved to cancel noise.
 `plain_loops_parallel_steps_per_s` is min(runners, cores) plain loops in as many processes at
@@ -36,12 +36,12 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ftrl.config import PPOConfig  # noqa: E402
-from ftrl.rl.env_runner import EnvRunner  # noqa: E402
-from ftrl.rl.policy import make_policy  # noqa: E402
-from ftrl.rl.sample_plane import SampleChannel, wait_first  # noqa: E402
+from ftrl.rl.models.policy import make_policy  # noqa: E402
+from ftrl.rl.sampling.env_runner import EnvRunner  # noqa: E402
+from ftrl.rl.sampling.sample_plane import SampleChannel, wait_first  # noqa: E402
 from ftrl.rl.spaces import space_spec  # noqa: E402
 
-RUNNER = "ftrl.rl.env_runner:EnvRunner"
+RUNNER = "ftrl.rl.sampling.env_runner:EnvRunner"
 
 
 def config(envs: int, fragment: int) -> PPOConfig:
@@ -199,7 +199,7 @@ def distributed(client, n: int, envs: int, fragment: int, seconds: float, plain:
             steps += round_of("rpc", lambda: [h.submit("sample") for h in handles])
         return steps / (time.perf_counter() - t0)
 
-    # the sample channel (ftrl.rl.sample_plane), as EnvRunnerGroup uses it
+    # the sample channel (ftrl.rl.sampling.sample_plane), as EnvRunnerGroup uses it
     token = client._aio.security.token
     channels = []
     for h in handles:
@@ -271,7 +271,7 @@ def main() -> None:
     from ftrl.client.cluster import LocalCluster
 
     env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with LocalCluster(workers=1, slots=max(max(args.runners), cores), preload="ftrl.rl.env_runner", env=env) as cluster:
+    with LocalCluster(workers=1, slots=max(max(args.runners), cores), preload="ftrl.rl.sampling.env_runner", env=env) as cluster:
         client = cluster.client()
         for n in args.runners:
             results.append(distributed(client, n, args.envs, args.fragment, args.seconds, plain))

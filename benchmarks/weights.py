@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from ftrl.rl.env_runner import EnvRunner  # noqa: E402
+from ftrl.rl.sampling.env_runner import EnvRunner  # noqa: E402
 from ftrl.wire.limits import CHUNK_BYTES  # noqa: E402
 
 BENCH_RUNNER = "benchmarks.weights:BenchRunner"
@@ -123,7 +123,7 @@ def raw_loopback(nbytes: int, receivers: int, repeats: int) -> list[float]:
 
 def _group(client: Any, n: int, fanout: int, probe_s: float):
     from ftrl.config import PPOConfig
-    from ftrl.rl.runner_group import EnvRunnerGroup
+    from ftrl.rl.sampling.runner_group import EnvRunnerGroup
 
     cfg = (
         PPOConfig()
@@ -176,7 +176,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     version = 0
-    with LocalCluster(workers=1, slots=max(args.runners) + 2, preload="ftrl.rl.env_runner", env=env,
+    with LocalCluster(workers=1, slots=max(args.runners) + 2, preload="ftrl.rl.sampling.env_runner", env=env,
                       log_level="WARNING") as cluster:
         client = cluster.client()
         for n in args.runners:

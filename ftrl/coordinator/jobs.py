@@ -1,6 +1,6 @@
 """Jobs: records, the stage table, and what the coordinator does at each stage.
 
-A job is its driver actor `JOB/algorithm` (ftrl.rl.driver:AlgorithmDriver) plus the
+A job is its driver actor `JOB/algorithm` (ftrl.rl.driver.actor:AlgorithmDriver) plus the
 runners and learners the driver creates under `JOB/`. The coordinator creates the
 driver, follows it through its actor record and its ReportJob calls, and answers each
 report with the wanted state (stop, runner and learner counts): it never calls into
@@ -12,7 +12,7 @@ already ended, a driver incarnation that was replaced) is ignored on purpose and
 
 Reports may carry rows out of order: a driver's job link, back after an outage, reports
 its current state and newest row first and the rows of the outage after it
-(ftrl.rl.job_link). Every row goes to the results store (by iteration: a later
+(ftrl.rl.driver.job_link). Every row goes to the results store (by iteration: a later
 `results(follow=False)` replays them all, in order), but the record never moves back:
 its `metrics` (the row `ftrl status` shows) only changes to a row of an iteration not
 below the one shown (`metrics_iteration`), and its `iteration` and `env_steps_sampled`
@@ -54,7 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DRIVER_CLASS = "ftrl.rl.driver:AlgorithmDriver"
+DRIVER_CLASS = "ftrl.rl.driver.actor:AlgorithmDriver"
+#: what a driver record made before the rl/ restructure names (ftrl.util.imports.MOVED_MODULES)
+DRIVER_CLASSES = (DRIVER_CLASS, "ftrl.rl.driver:AlgorithmDriver")
 DRIVER_MAX_RESTARTS = 20
 MAX_LIVE_JOBS = 1000
 MAX_ENDED_JOBS = 1000  # the oldest ended jobs are forgotten past this
@@ -412,7 +414,7 @@ class JobTable:
             return
         job = self.jobs.get(job_id)
         if job is None:
-            if rec.adopted and rec.spec.class_path == DRIVER_CLASS and rec.state != ActorState.DEAD:
+            if rec.adopted and rec.spec.class_path in DRIVER_CLASSES and rec.state != ActorState.DEAD:
                 self._rebuild(job_id, rec)
             return
         if job.stage.final:

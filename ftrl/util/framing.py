@@ -2,7 +2,7 @@
 
 One implementation for every byte stream that carries messages: the worker's control
 pipes to its actor hosts (big-endian, 16 MiB cap, `ftrl.worker.pipe`) and the socket
-to a remote sub-environment (little-endian, 1 GiB cap, `ftrl.rl.sub_env`). A `Framing`
+to a remote sub-environment (little-endian, 1 GiB cap, `ftrl.rl.sampling.sub_env`). A `Framing`
 fixes the byte order and the largest frame; the payload is opaque bytes (the users put
 `ftrl.wire.codec` msgpack in it).
 

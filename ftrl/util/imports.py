@@ -5,12 +5,27 @@ nested name ("module:Outer.Inner") is followed attribute by attribute. Errors na
 path and what is wrong, with plain builtin types (an actor's start failure reports them
 by type name): a malformed path is a ValueError; a module that cannot be imported or a
 missing attribute is an ImportError; `import_class` of a non-class is a TypeError.
+
+Paths that persist (actor class paths in a coordinator's job and actor records, the
+learner class in a learner actor's kwargs, env creators in users' job files) outlive a
+move of the code: `MOVED_MODULES` maps the modules of the layout before the rl/
+restructure (ftrl 36f3c3f and earlier) to where their objects live now, so a state dir
+or a job file written then still loads.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+#: module of an old import path -> its module now (checked only when the old one is gone)
+MOVED_MODULES = {
+    "ftrl.rl.driver": "ftrl.rl.driver.actor",  # a package now: AlgorithmDriver is in .actor
+    "ftrl.rl.env_runner": "ftrl.rl.sampling.env_runner",
+    "ftrl.rl.learner_actor": "ftrl.rl.learning.learner_actor",
+    "ftrl.rl.learner": "ftrl.rl.algorithms.ppo",  # PPOLearner
+    "ftrl.rl.testing_envs": "ftrl.testing.envs",
+}
 
 
 def split_import_path(path: str) -> tuple[str, list[str]]:
@@ -31,6 +46,9 @@ def split_import_path(path: str) -> tuple[str, list[str]]:
 def import_object(path: str) -> Any:
     """The object that "package.module:Name" (or "...:Outer.Inner") names."""
     module_name, parts = split_import_path(path)
+    moved = MOVED_MODULES.get(module_name)
+    if moved is not None and not _has_attribute(module_name, parts[0]):
+        module_name = moved
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
@@ -42,6 +60,14 @@ def import_object(path: str) -> Any:
             where = module_name if i == 0 else f"{module_name}:{'.'.join(parts[:i])}"
             raise ImportError(f"{where!r} has no attribute {part!r} (import path {path!r})") from None
     return obj
+
+
+def _has_attribute(module_name: str, name: str) -> bool:
+    """Whether `module_name` still imports and has `name` (an old path that still works)."""
+    try:
+        return hasattr(importlib.import_module(module_name), name)
+    except ImportError:
+        return False
 
 
 def import_class(path: str) -> type:

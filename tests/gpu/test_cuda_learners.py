@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from ftrl.config import PPOConfig
-from ftrl.rl.env_runner import EnvRunner
-from ftrl.rl.learner import PPOLearner
-from ftrl.rl.mesh import EpochMesh, MeshChanged
+from ftrl.rl.learning.learner import PPOLearner
+from ftrl.rl.learning.mesh import EpochMesh, MeshChanged
+from ftrl.rl.sampling.env_runner import EnvRunner
 from tests.integration.conftest import cluster_env, new_cluster
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),

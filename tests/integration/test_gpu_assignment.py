@@ -13,7 +13,7 @@ import pytest
 import ftrl
 from ftrl.client.cluster import LocalCluster
 from ftrl.config import PPOConfig
-from ftrl.rl.embedded import cluster_gpus
+from ftrl.rl.driver.embedded import cluster_gpus
 from ftrl.util.gpus import parse_visible_devices, visible_gpus
 from tests.integration.conftest import COUNTER, FAST, cluster_env, wait_until
 

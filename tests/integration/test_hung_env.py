@@ -19,7 +19,7 @@ JOB = "hung"
 def _config(mode: str, marker: str, **env_config) -> PPOConfig:
     return (
         PPOConfig()
-        .environment("ftrl.rl.testing_envs:make_hang_env",
+        .environment("ftrl.testing.envs:make_hang_env",
                      env_config={"hang_after": 40, "mode": mode, "marker": marker, **env_config})
         .env_runners(num_env_runners=2, num_envs_per_env_runner=2, env_step_timeout_s=2.0,
                      sample_timeout_s=30.0)
@@ -35,7 +35,7 @@ def _runners(client) -> dict[str, dict]:
 
 @pytest.mark.parametrize("mode", ["sleep", "spin"])
 def test_hung_env_step_kills_and_restarts_the_runner(make_cluster, tmp_path, mode):
-    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=2, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     marker = tmp_path / "hung-once"
     seq = event_seq(client)
@@ -79,7 +79,7 @@ def test_a_sub_env_that_segfaults_mid_step_kills_only_its_runner(make_cluster, t
     """The crash comes inside the runner's vector step (the C loop where it is built, as
     here): the worker sees the process die by SIGSEGV, restarts it in place, and the
     group gets it back while training goes on."""
-    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=2, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     marker = tmp_path / "crashed-once"
     seq = event_seq(client)
@@ -109,7 +109,7 @@ def test_a_sub_env_that_segfaults_mid_step_kills_only_its_runner(make_cluster, t
 def test_hung_env_constructor_kills_and_restarts_the_runner(make_cluster, tmp_path):
     """The first runner process to build an env hangs in its constructor: no step ever
     runs there, yet the watchdog ends it and the restarted runner joins the group."""
-    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=2, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     marker = tmp_path / "hung-once"
     seq = event_seq(client)
@@ -139,14 +139,14 @@ def test_hung_env_in_a_driver_that_samples_itself_restarts_the_driver(make_clust
     """num_env_runners=0 (the example file's default): the driver actor samples with its
     own runner. Its env hangs: the watchdog ends the driver, the worker restarts it, and
     it resumes from its newest checkpoint."""
-    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=2, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     marker = tmp_path / "hung-once"
     out = tmp_path / "run"
     seq = event_seq(client)
     job = {
         "algo": "PPO",
-        "environment": {"env": "ftrl.rl.testing_envs:make_hang_env",
+        "environment": {"env": "ftrl.testing.envs:make_hang_env",
                         "env_config": {"hang_after": 100, "mode": "spin", "marker": str(marker)}},
         "env_runners": {"num_env_runners": 0, "num_envs_per_env_runner": 2, "env_step_timeout_s": 2.0},
         "training": {"train_batch_size": 64, "minibatch_size": 64, "num_epochs": 1},
@@ -180,19 +180,19 @@ def test_a_paused_runner_is_not_killed_by_its_watchdog(make_cluster, tmp_path):
     watchdog does not count the pause, and the sample completes in the same process.
     The env steps only when the test writes a byte, and the test waits 0.5 s after
     SIGCONT before the next one, so a watchdog that counted the pause would fire first."""
-    cluster = make_cluster(slots=1, preload="ftrl.rl.env_runner", actor_hang_timeout=30.0)
+    cluster = make_cluster(slots=1, preload="ftrl.rl.sampling.env_runner", actor_hang_timeout=30.0)
     client = cluster.client()
     fifo = tmp_path / "steps"
     os.mkfifo(fifo)
     cfg = (
         PPOConfig()
-        .environment("ftrl.rl.testing_envs:make_paced_env", env_config={"fifo": str(fifo)})
+        .environment("ftrl.testing.envs:make_paced_env", env_config={"fifo": str(fifo)})
         .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=20, env_step_timeout_s=1.0,
                      sample_timeout_s=60.0)
         .debugging(seed=0)
     )
     name = f"{JOB}/env_runner/paused"
-    runner = client.create_actor("ftrl.rl.env_runner:EnvRunner", name=name, max_restarts=0,
+    runner = client.create_actor("ftrl.rl.sampling.env_runner:EnvRunner", name=name, max_restarts=0,
                                  kwargs={"config": cfg.to_dict(), "worker_index": 1})
     before = client.actor(name)
     steps = os.open(fifo, os.O_WRONLY)  # the env holds the read end

@@ -46,7 +46,7 @@ def _job_events(client, job_id: str, after_seq: int) -> list[str]:
 
 @pytest.fixture
 def cluster(make_cluster):
-    return make_cluster(slots=3, preload="ftrl.rl.env_runner")
+    return make_cluster(slots=3, preload="ftrl.rl.sampling.env_runner")
 
 
 def test_submit_status_scale_stop_resume(cluster, tmp_path):
@@ -161,7 +161,7 @@ def test_train_follows_its_job_through_a_coordinator_restart(make_cluster, tmp_p
     """`ftrl train --coordinator` keeps following while the coordinator is killed and
     started again on its state dir; Ctrl-C then stops the job (exit 130), and the job's
     results replay every iteration once, in order, as metrics.jsonl has them."""
-    cluster = make_cluster(slots=3, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=3, preload="ftrl.rl.sampling.env_runner")
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [*_ftrl(), "train", "--env", "CartPole-v1", "--num-env-runners", "1", "--output", str(out),

@@ -17,7 +17,7 @@ import pytest
 
 import ftrl
 from ftrl.config import StopCriteria
-from ftrl.rl.learner_group import LEARNER_CLASS
+from ftrl.rl.learning.learner_group import LEARNER_CLASS
 from ftrl.wire.errors import ActorStartError
 from tests.integration.conftest import new_cluster, wait_until
 

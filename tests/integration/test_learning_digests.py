@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ftrl.rl.learner import PPOLearner
-from ftrl.rl.learner_group import LearnerGroup
+from ftrl.rl.learning.learner import PPOLearner
+from ftrl.rl.learning.learner_group import LearnerGroup
 from ftrl.rl.spaces import SpaceSpec
-from tests.fixtures.digest_inputs import CASES, N_UPDATES, SEEDS, config_for, fragments_for
+from tests.fixtures.digest_inputs import CASES, N_UPDATES, SEEDS, config_for, fragments_for, one_torch_thread
 from tests.integration.conftest import new_cluster
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "ppo_digests.json").read_text())
@@ -22,6 +22,7 @@ RECORDED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "ppo_d
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_in_driver_learner_gives_the_recorded_digests(case, seed):
+    one_torch_thread()
     learner = PPOLearner(config_for(case, seed, num_learners=0), SpaceSpec.from_dict(CASES[case]))
     for update in range(N_UPDATES):
         learner.update(fragments_for(case, seed, update), env_steps_sampled=1024 * update)

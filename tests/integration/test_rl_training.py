@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from ftrl.config import PPOConfig, StopCriteria, load_job
-from ftrl.rl.env_runner import EnvRunner
+from ftrl.rl.sampling.env_runner import EnvRunner
 from tests.integration.conftest import REPO, cluster_env, pid_gone, wait_until
 
 CARTPOLE_JOB = REPO / "examples" / "cartpole_ppo.toml"
@@ -63,7 +63,7 @@ class Killer(threading.Thread):
 
 @pytest.mark.slow
 def test_sigkilled_env_runners_do_not_stop_learning(make_cluster, tmp_path):
-    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=2, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     config = _tuned(num_env_runners=2).env_runners(sample_timeout_s=10.0, env_runner_health_probe_timeout_s=10.0)
     algo = config.build(client=client, output_dir=tmp_path, job_name="chaos")
@@ -146,7 +146,7 @@ def test_restarted_runner_gets_weights_before_sampling(make_cluster):
 def test_remote_sub_env_process_death_restarts_only_that_sub_env(mode):
     config = (
         PPOConfig()
-        .environment("ftrl.rl.testing_envs:make_flaky_env", env_config={"fail_every": 40, "mode": mode})
+        .environment("ftrl.testing.envs:make_flaky_env", env_config={"fail_every": 40, "mode": mode})
         .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=25, remote_worker_envs=True)
         .fault_tolerance(restart_failed_sub_environments=True)
         .debugging(seed=0)
@@ -165,7 +165,7 @@ def test_remote_sub_env_process_death_restarts_only_that_sub_env(mode):
     config.fault_tolerance(restart_failed_sub_environments=False)
     runner = EnvRunner(config.to_dict(), set_torch_threads=False)
     try:
-        from ftrl.rl.sub_env import SubEnvError
+        from ftrl.rl.sampling.sub_env import SubEnvError
 
         with pytest.raises(SubEnvError, match=r"process died|process is gone"):
             runner.sample()
@@ -255,7 +255,7 @@ def test_ppo_solves_cartpole_in_process():
 
 def test_ftrl_train_on_a_running_cluster_and_on_an_embedded_one(make_cluster, tmp_path):
     from ftrl.cli import build_parser
-    from ftrl.rl.train_cli import run_train
+    from ftrl.cli.train import run_train
 
     cluster = make_cluster(slots=2)
     out = tmp_path / "remote"
@@ -287,7 +287,7 @@ def test_ftrl_train_on_a_running_cluster_and_on_an_embedded_one(make_cluster, tm
 def test_driver_actor_killed_mid_run_resumes_and_reattaches(make_cluster, tmp_path):
     import tomllib
 
-    cluster = make_cluster(slots=3, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=3, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     job = tomllib.loads(CARTPOLE_JOB.read_text())
     job["env_runners"].update(num_env_runners=1, rollout_fragment_length=32)
@@ -295,7 +295,7 @@ def test_driver_actor_killed_mid_run_resumes_and_reattaches(make_cluster, tmp_pa
     job["stop"] = {"stop_iters": 70}
     job["debugging"] = {"seed": 0}
     out = tmp_path / "job"
-    driver = client.create_actor("ftrl.rl.driver:AlgorithmDriver", name="dj/algorithm",
+    driver = client.create_actor("ftrl.rl.driver.actor:AlgorithmDriver", name="dj/algorithm",
                                  kwargs={"job": job, "output_dir": str(out)}, max_restarts=3)
     wait_until(lambda: (driver.call("status").get("iteration") or 0) >= 12, timeout=120, what="12 iterations")
     runner_pid = _runner_pids(client, "dj")["dj/env_runner/0"]

@@ -11,8 +11,8 @@ import threading
 import time
 
 from ftrl.config import PPOConfig
-from ftrl.rl.runner_group import _channel_token
-from ftrl.rl.sample_plane import SampleChannel
+from ftrl.rl.sampling.runner_group import _channel_token
+from ftrl.rl.sampling.sample_plane import SampleChannel
 from ftrl.wire.errors import ActorUnavailableError
 from tests.integration.conftest import wait_until
 
@@ -23,7 +23,7 @@ def _config() -> PPOConfig:
     return (
         PPOConfig()
         # 32 steps x 2 envs x 5 ms: each sample takes ~0.3 s, time to kill it mid-way
-        .environment("ftrl.rl.testing_envs:make_slow_env", env_config={"sleep_s": 0.005})
+        .environment("ftrl.testing.envs:make_slow_env", env_config={"sleep_s": 0.005})
         .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=32,
                      sample_timeout_s=30.0)
         .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
@@ -37,7 +37,7 @@ def _pid(client, name: str) -> int:
 
 
 def test_runner_killed_during_a_channel_sample_is_recovered_on_a_new_channel(make_cluster):
-    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=2, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     algo = _config().build(client=client, job_name=JOB)
     group = algo.env_runner_group
@@ -97,7 +97,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_a_runner_busy_polls_between_rounds_only_as_configured(make_cluster):
-    cluster = make_cluster(slots=2, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=2, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     token = _channel_token(client)
     spent = {}
@@ -105,7 +105,7 @@ def test_a_runner_busy_polls_between_rounds_only_as_configured(make_cluster):
         cfg = (PPOConfig().environment("CartPole-v1")
                .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=8, sample_busy_poll_s=poll_s))
         name = f"{JOB}/poll/{poll_s}"
-        handle = client.create_actor("ftrl.rl.env_runner:EnvRunner", name=name,
+        handle = client.create_actor("ftrl.rl.sampling.env_runner:EnvRunner", name=name,
                                      kwargs={"config": cfg.to_dict(), "worker_index": 1}, max_restarts=0)
         info = handle.call("sample_address")
         channel = SampleChannel(info["address"], token, info["incarnation"])

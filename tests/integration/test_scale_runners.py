@@ -40,7 +40,7 @@ def _rows_after(out: Path, iteration: int) -> list[dict]:
 
 
 def test_env_runners_grow_and_shrink_while_a_job_trains(make_cluster, tmp_path):
-    cluster = make_cluster(slots=4, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=4, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     out = tmp_path / "run"
     job = client.submit(JOB, job_id="sc", output_dir=str(out))
@@ -92,7 +92,7 @@ def test_env_runners_grow_and_shrink_while_a_job_trains(make_cluster, tmp_path):
 
 
 def test_a_drained_driver_checkpoints_and_its_next_incarnation_goes_on(make_cluster, tmp_path):
-    cluster = make_cluster(slots=4, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=4, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     out = tmp_path / "run"
     job = client.submit(JOB, job_id="dr", output_dir=str(out))

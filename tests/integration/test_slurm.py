@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ftrl.rl.checkpoint import decode_checkpoint
+from ftrl.rl.driver.checkpoint import decode_checkpoint
 from tests.integration.conftest import REPO, wait_until
 
 pytestmark = pytest.mark.slurm

@@ -104,7 +104,7 @@ def test_a_taken_picked_port_is_replaced(monkeypatch, tmp_path):
 
 def test_a_job_that_fails_its_check_stops_the_cluster_started_beside_it(tmp_path, capsys):
     from ftrl.cli import build_parser
-    from ftrl.rl.train_cli import run_train
+    from ftrl.cli.train import run_train
 
     out = tmp_path / "never"
     args = build_parser().parse_args(["train", "--env", "NoSuchEnv-v9", "--num-env-runners", "2",

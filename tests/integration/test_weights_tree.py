@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from ftrl.config import PPOConfig
-from ftrl.rl.models import ActorCritic
-from ftrl.rl.runner_group import EnvRunnerGroup
+from ftrl.rl.models.actor_critic import ActorCritic
+from ftrl.rl.sampling.runner_group import EnvRunnerGroup
 from ftrl.rl.spaces import space_spec
 from tests.integration.conftest import wait_until
 
@@ -33,7 +33,7 @@ def _config(n: int, **runners) -> PPOConfig:
 
 def test_sigkilled_relay_subtree_still_gets_the_weights(make_cluster):
     n = 7  # fanout 2: r0 -> (r2 -> r6, r3), r1 -> (r4, r5)
-    cluster = make_cluster(slots=n, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=n, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     cfg = _config(n, sample_timeout_s=10.0, env_runner_health_probe_timeout_s=5.0)
     group = EnvRunnerGroup(client, cfg, job_name="wt", space_spec=SPEC.to_dict())
@@ -81,7 +81,7 @@ def test_large_weights_go_over_the_plane_and_a_killed_relay_costs_nothing(make_c
     runner pulls from its parent; the subtree of a SIGKILLed relay falls back to the
     driver and still gets the exact bytes."""
     n = 5  # fanout 2: r0 -> (r2, r3), r1 -> (r4)
-    cluster = make_cluster(slots=n, preload="ftrl.rl.env_runner")
+    cluster = make_cluster(slots=n, preload="ftrl.rl.sampling.env_runner")
     client = cluster.client()
     cfg = _config(n, env_runner_health_probe_timeout_s=10.0)
     group = EnvRunnerGroup(client, cfg, job_name="wp", space_spec=SPEC.to_dict(),

@@ -71,7 +71,7 @@ def test_raising_ftrl_errors_needs_no_grpc():
     import subprocess
     import sys
 
-    code = ("import sys, ftrl.wire.errors as E, ftrl.rl.sub_env, ftrl.rl.sample_plane; "
+    code = ("import sys, ftrl.wire.errors as E, ftrl.rl.sampling.sub_env, ftrl.rl.sampling.sample_plane; "
             "E.ConfigError('x'); print('grpc' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from ftrl.rl import sub_env
+from ftrl.rl.sampling import sub_env
 from ftrl.util.framing import FrameTooLargeError, FrameTruncatedError, Framing
 from ftrl.worker import pipe
 

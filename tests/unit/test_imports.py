@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from ftrl.rl import env_factory
+from ftrl.rl.sampling import env_factory
 from ftrl.util.imports import import_class, import_object
 
 
@@ -52,8 +52,8 @@ def test_env_factory_falls_back_to_gymnasium_for_paths_it_cannot_import():
 
 
 def test_local_handle_and_actor_host_use_it():
-    from ftrl.rl import local_handle
     from ftrl.worker import host
+    from tests import local_client as local_handle
 
     assert host.import_class is import_class
     assert local_handle._construct("collections:OrderedDict", {}) == collections.OrderedDict()

@@ -19,6 +19,7 @@ from grpc import aio
 
 import ftrl
 from ftrl.cli import build_parser, main
+from ftrl.cli.train import run_train
 from ftrl.client.aio import AsyncClient
 from ftrl.client.client import Client
 from ftrl.client.jobs import (
@@ -32,7 +33,6 @@ from ftrl.client.jobs import (
     stage_value,
 )
 from ftrl.config import JobSpec, PPOConfig, StopCriteria, load_job
-from ftrl.rl.train_cli import run_train
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc

@@ -181,7 +181,7 @@ class _FakeClient:
 
 
 def test_resume_follows_a_live_job_and_resubmits_an_ended_one(tmp_path, monkeypatch):
-    from ftrl.rl import train_cli
+    from ftrl.cli import train as train_cli
 
     monkeypatch.setattr(train_cli.time, "sleep", lambda s: None)
     args = argparse.Namespace(resume=True, job_name="j")

@@ -69,7 +69,7 @@ def test_ftrl_train_client_side_imports_no_torch():
     CLI parser, the job build and check (env probe, resume check), the cluster set-up."""
     code = (
         "import ftrl.cli\n"
-        "from ftrl.rl import train_cli, embedded, algo_state\n"
+        "from ftrl.cli import train as train_cli\nfrom ftrl.rl.driver import embedded\nfrom ftrl.rl.driver import state as algo_state\n"
         "from ftrl.client.cluster import LocalCluster\n"
         "args = ftrl.cli.build_parser().parse_args(['train', '--env', 'CartPole-v1', "
         "'--num-env-runners', '2'])\n"
@@ -77,7 +77,7 @@ def test_ftrl_train_client_side_imports_no_torch():
         "assert train_cli.check_job(job) is None\n"
         "preload = embedded.spare_preload(job.config)\n"
         "assert 'torch' not in preload.split(';')[0], preload\n"
-        "assert 'ftrl.rl.driver' in preload.split(';first:')[1], preload\n"
+        "assert 'ftrl.rl.driver.actor' in preload.split(';first:')[1], preload\n"
     )
     loaded = _loaded_after(code)
     assert "torch" not in loaded
@@ -86,11 +86,11 @@ def test_ftrl_train_client_side_imports_no_torch():
 
 def test_runners_that_infer_with_torch_get_spares_with_torch():
     from ftrl.config import PPOConfig
-    from ftrl.rl.embedded import spare_preload
+    from ftrl.rl.driver.embedded import spare_preload
 
     config = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
-    assert spare_preload(config, driver=False) == "ftrl.rl.env_runner"
+    assert spare_preload(config, driver=False) == "ftrl.rl.sampling.env_runner"
     config.env_runners(inference_backend="torch")
-    assert spare_preload(config, driver=False) == "ftrl.rl.env_runner,torch"
+    assert spare_preload(config, driver=False) == "ftrl.rl.sampling.env_runner,torch"
     config.env_runners(inference_backend="numpy").learners(num_learners=2)  # learners host torch
-    assert spare_preload(config, driver=False) == "ftrl.rl.env_runner,torch"
+    assert spare_preload(config, driver=False) == "ftrl.rl.sampling.env_runner,torch"

@@ -60,7 +60,7 @@ def spawned(monkeypatch) -> list[FakeHost]:
 
 def test_parse_preload():
     assert parse_preload("") == ("", "")
-    assert parse_preload("ftrl.rl.env_runner") == ("ftrl.rl.env_runner", "")
+    assert parse_preload("ftrl.rl.sampling.env_runner") == ("ftrl.rl.sampling.env_runner", "")
     assert parse_preload("a,b;first:torch,c") == ("a,b", "torch,c")
     assert parse_preload(";first:torch") == ("", "torch")
     with pytest.raises(ValueError, match="first:MODULES"):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from ftrl.config import PPOConfig
-from ftrl.rl.env_runner import EnvRunner
+from ftrl.rl.sampling.env_runner import EnvRunner
 from ftrl.util.watchdog import EXIT_WATCHDOG, ProgressWatchdog, exit_reason
 from ftrl.worker.agent import describe_exit
 
@@ -179,7 +179,7 @@ def test_the_worker_names_the_exit_code():
 def _hang_config(mode: str, hang_s: float) -> PPOConfig:
     return (
         PPOConfig()
-        .environment("ftrl.rl.testing_envs:make_hang_env", env_config={"hang_after": 5, "mode": mode, "hang_s": hang_s})
+        .environment("ftrl.testing.envs:make_hang_env", env_config={"hang_after": 5, "mode": mode, "hang_s": hang_s})
         .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=10, env_step_timeout_s=0.3)
         .debugging(seed=0)
     )
@@ -221,9 +221,9 @@ def _runner_script(body: str, marker: str, mode: str) -> str:
     return textwrap.dedent(f"""
         import os
         from ftrl.config import PPOConfig
-        from ftrl.rl.env_runner import EnvRunner
+        from ftrl.rl.sampling.env_runner import EnvRunner
         cfg = (PPOConfig()
-               .environment("ftrl.rl.testing_envs:make_hang_env",
+               .environment("ftrl.testing.envs:make_hang_env",
                             env_config={{"hang_in": "make", "mode": {mode!r}, "hang_s": 60, "marker": {marker!r}}})
                .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=10, env_step_timeout_s=0.3))
     """) + textwrap.dedent(body)
@@ -283,7 +283,7 @@ def test_building_envs_disarms_the_watchdog_when_done(monkeypatch):
 def test_a_failed_soft_restart_leaves_every_sub_env_to_be_rebuilt(monkeypatch):
     """One of 3 sub-envs fails to build in reset_envs(): the error reaches the caller, and
     the next sample rebuilds all of them instead of running on a partial list."""
-    from ftrl.rl import env_runner as er
+    from ftrl.rl.sampling import env_runner as er
 
     cfg = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=3, rollout_fragment_length=4)
     runner = EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False)
@@ -308,7 +308,7 @@ def test_a_failed_soft_restart_leaves_every_sub_env_to_be_rebuilt(monkeypatch):
 
 
 def test_a_constructor_failure_after_the_envs_are_built_leaves_no_watchdog_thread(monkeypatch):
-    from ftrl.rl import env_runner as er
+    from ftrl.rl.sampling import env_runner as er
 
     def broken_policy(*args, **kwargs):
         raise RuntimeError("no policy")

@@ -6,11 +6,11 @@ One training iteration, top to bottom:
     learner.update(fragments)                        # GAE + clipped-surrogate SGD epochs
     sync_weights()                                   # new version + filter -> the runners
 
-The learner (ftrl.rl.learner.PPOLearner) is in this process (`num_learners=0`) or a
+The learner (ftrl.rl.learning.learner.PPOLearner) is in this process (`num_learners=0`) or a
 data-parallel LearnerGroup of learner actors; `self.learner` is the same interface
 either way. Everything around an iteration (setup, episode and metrics bookkeeping,
-evaluation, checkpoints, running to a stop) is the base class's: ftrl.rl.algorithm,
-ftrl.rl.run_loop, ftrl.rl.algo_state.
+evaluation, checkpoints, running to a stop) is the base class's: ftrl.rl.driver.algorithm,
+ftrl.rl.driver.run_loop, ftrl.rl.driver.state.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ftrl.rl.algorithm import Algorithm
-from ftrl.rl.learner import PPOLearner
+from ftrl.rl.driver.algorithm import Algorithm
+from ftrl.rl.learning.learner import PPOLearner
 
 
 class PPO(Algorithm):
@@ -27,7 +27,7 @@ class PPO(Algorithm):
     on the elastic learner group (`num_learners > 0`)."""
 
     #: What each learner actor hosts when `num_learners > 0`.
-    learner_class_path = "ftrl.rl.learner:PPOLearner"
+    learner_class_path = "ftrl.rl.learning.learner:PPOLearner"
 
     def setup_learner(self) -> PPOLearner:
         """The in-process learner (`num_learners=0`)."""

@@ -13,9 +13,9 @@ import pytest
 
 from ftrl.config import PPOConfig, StopCriteria
 from ftrl.rl.algorithms.ppo import PPO
-from ftrl.rl.checkpoint import decode_checkpoint
-from ftrl.rl.local_handle import LocalClient
+from ftrl.rl.driver.checkpoint import decode_checkpoint
 from ftrl.wire.errors import ConfigError
+from tests.local_client import LocalClient
 
 
 def _config(n: int = 0, **env_runners) -> PPOConfig:
@@ -248,7 +248,7 @@ def test_run_stops_on_criteria_and_on_ctrl_c(tmp_path):
 
 
 def test_driver_runs_a_job_in_the_background_and_stops_on_request(tmp_path):
-    from ftrl.rl.driver import AlgorithmDriver
+    from ftrl.rl.driver.actor import AlgorithmDriver
 
     job = {
         "environment": {"env": "CartPole-v1"},
@@ -276,7 +276,7 @@ def test_driver_runs_a_job_in_the_background_and_stops_on_request(tmp_path):
 
 
 def test_scaling_learners_that_share_a_gpu_beyond_one_is_refused():
-    from ftrl.rl.learner_group import LearnerGroup
+    from ftrl.rl.learning.learner_group import LearnerGroup
 
     class Group(LearnerGroup):
         def __init__(self) -> None:  # no actors: only what scale_learners calls

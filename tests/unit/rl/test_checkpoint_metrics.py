@@ -10,13 +10,13 @@ import shutil
 import numpy as np
 import pytest
 
-from ftrl.rl.checkpoint import (
+from ftrl.rl.driver.checkpoint import (
     CheckpointManager,
     CorruptCheckpointError,
     decode_checkpoint,
     encode_checkpoint,
 )
-from ftrl.rl.metrics import EpisodeWindow, MetricsLog, json_safe
+from ftrl.rl.driver.metrics import EpisodeWindow, MetricsLog, json_safe
 
 
 def _state(i: int) -> dict:
@@ -116,7 +116,7 @@ def test_a_kill_during_checkpoint_writes_leaves_whole_checkpoints_or_none(tmp_pa
 
     script = textwrap.dedent(f"""
         import numpy as np
-        from ftrl.rl.checkpoint import CheckpointManager
+        from ftrl.rl.driver.checkpoint import CheckpointManager
         mgr = CheckpointManager({str(tmp_path / "checkpoints")!r}, keep=2)
         blob = np.random.default_rng(0).standard_normal(1 << 20)  # 8 MB
         for i in range(1, 10_000):

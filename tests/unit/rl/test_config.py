@@ -10,8 +10,8 @@ import pytest
 
 import ftrl
 from ftrl import config as config_mod
+from ftrl.cli.train import parse_overrides
 from ftrl.config import ModelConfig, PPOConfig, StopCriteria, describe, fields_of, load_job
-from ftrl.rl.train_cli import parse_overrides
 from ftrl.wire.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""The driver's per-iteration state (ftrl.rl.state_writer, ftrl.rl.algo_state): written
+"""The driver's per-iteration state (ftrl.rl.driver.state_writer, ftrl.rl.driver.state): written
 off the training path in the order state, row, report; a resumed driver counts what
 restarted while it was away once, and takes a newer observation filter from its runners."""
 
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from ftrl.config import PPOConfig
-from ftrl.rl.checkpoint import decode_checkpoint
-from ftrl.rl.learner_group import LearnerGroup
-from ftrl.rl.local_handle import LocalClient
-from ftrl.rl.metrics import MetricsLog
-from ftrl.rl.runner_group import EnvRunnerGroup, RunnerSlot
-from ftrl.rl.state_writer import DRIVER_STATE_FILE, LEARNER_STATE_FILE, StateWriter
+from ftrl.rl.driver.checkpoint import decode_checkpoint
+from ftrl.rl.driver.metrics import MetricsLog
+from ftrl.rl.driver.state_writer import DRIVER_STATE_FILE, LEARNER_STATE_FILE, StateWriter
+from ftrl.rl.learning.learner_group import LearnerGroup
+from ftrl.rl.sampling.runner_group import EnvRunnerGroup, RunnerSlot
+from tests.local_client import LocalClient
 
 
 def _state(iteration: int) -> dict:
@@ -46,7 +46,7 @@ def test_each_row_is_written_after_its_state_and_reported_after_its_row(tmp_path
 
 
 def test_a_slow_disk_skips_states_never_rows_and_never_blocks_submit(tmp_path, monkeypatch):
-    from ftrl.rl import state_writer
+    from ftrl.rl.driver import state_writer
 
     gate = threading.Event()
     real = state_writer.atomic_write_bytes
@@ -71,7 +71,7 @@ def test_a_slow_disk_skips_states_never_rows_and_never_blocks_submit(tmp_path, m
 
 
 def test_a_failed_write_is_logged_and_the_next_state_goes_on(tmp_path, monkeypatch, caplog):
-    from ftrl.rl import state_writer
+    from ftrl.rl.driver import state_writer
     from tests.integration.conftest import wait_until
 
     real = state_writer.atomic_write_bytes

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from ftrl.config import PPOConfig
-from ftrl.rl import env_runner
-from ftrl.rl.env_runner import EnvRunner
 from ftrl.rl.sample_batch import TIME_MAJOR_KEYS, check_fragment
-from ftrl.rl.sub_env import SubEnvError
+from ftrl.rl.sampling import env_runner
+from ftrl.rl.sampling.env_runner import EnvRunner
+from ftrl.rl.sampling.sub_env import SubEnvError
 from ftrl.wire import codec
 from ftrl.wire.errors import ConfigError
 
-COUNTER = "ftrl.rl.testing_envs:make_counter_env"
+COUNTER = "ftrl.testing.envs:make_counter_env"
 
 
 @pytest.fixture(autouse=True, params=["c_step", "python_step"])
@@ -24,7 +24,7 @@ def step_loop(request, monkeypatch):
         monkeypatch.setattr(env_runner, "_step_envs", None)
     elif env_runner._step_envs is None:
         pytest.skip("the C vector step is not built here")
-FLAKY = "ftrl.rl.testing_envs:make_flaky_env"
+FLAKY = "ftrl.testing.envs:make_flaky_env"
 
 
 def _runner(env=COUNTER, env_config=None, envs=2, frag=3, restart=False, **runner_kw) -> EnvRunner:
@@ -192,8 +192,8 @@ def test_a_reset_failing_when_an_episode_terminates(mode, match):
     "env, match",
     [
         ("NoSuchEnv-v0", "cannot make environment"),
-        ("ftrl.rl.testing_envs:make_broken_env", "on purpose"),
-        ("ftrl.rl.testing_envs:make_dict_env", "observation space Dict"),
+        ("ftrl.testing.envs:make_broken_env", "on purpose"),
+        ("ftrl.testing.envs:make_dict_env", "observation space Dict"),
     ],
 )
 def test_bad_envs_raise_config_errors(env, match):
@@ -393,7 +393,7 @@ def test_the_runner_reports_the_loop_that_steps_its_envs(monkeypatch, caplog):
             return native(*args)
 
         monkeypatch.setattr(env_runner, "_step_envs", counted)
-    with caplog.at_level("INFO", logger="ftrl.rl.env_runner"):
+    with caplog.at_level("INFO", logger="ftrl.rl.sampling.env_runner"):
         runner = _runner(env="CartPole-v1", envs=3, frag=5)
     runner.sample()
     expected = "python" if native is None else "c"

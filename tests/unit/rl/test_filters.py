@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ftrl.rl.filters import MeanStdFilter, NoFilter, RunningStat, make_filter
+from ftrl.rl.sampling.filters import MeanStdFilter, NoFilter, RunningStat, make_filter
 from ftrl.wire import codec
 
 

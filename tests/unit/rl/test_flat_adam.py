@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from ftrl.rl.flat_adam import FlatAdam
+from ftrl.rl.learning.flat_adam import FlatAdam
 
 
 def _pair(n: int = 50, lr: float = 3e-3, eps: float = 1e-5):

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ftrl.rl.driver import AlgorithmDriver
-from ftrl.rl.job_link import JobLink
-from ftrl.rl.local_handle import LocalClient
+from ftrl.rl.driver.actor import AlgorithmDriver
+from ftrl.rl.driver.job_link import JobLink
 from ftrl.wire.errors import ActorUnavailableError, FtrlError, FtrlTimeoutError, NotFoundError
+from tests.local_client import LocalClient
 
 
 class FakeCoordinator:
@@ -159,7 +159,7 @@ def test_after_an_outage_history_follows_and_the_final_stage_goes_with_the_last_
 def test_an_unreachable_coordinator_is_retried_at_a_short_fixed_interval(caplog):
     fake = FakeCoordinator()
     fake.down = True
-    caplog.set_level(logging.INFO, logger="ftrl.rl.job_link")
+    caplog.set_level(logging.INFO, logger="ftrl.rl.driver.job_link")
     link = JobLink(fake, "job", 1, poll_interval_s=0.05).start()  # the default intervals
     link.report("RUNNING", iteration=1, row={"iteration": 1})
     # 8 tries at 0.1 s take ~0.7 s; backing off (0.5, 1, 2, 4, 5 s...) they would take 22 s

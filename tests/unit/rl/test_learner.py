@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from ftrl.config import PPOConfig
-from ftrl.rl.env_runner import EnvRunner
-from ftrl.rl.learner import PPOLearner
+from ftrl.rl.learning.learner import PPOLearner
+from ftrl.rl.sampling.env_runner import EnvRunner
 from ftrl.wire import codec
 
 
@@ -82,7 +82,7 @@ def test_state_with_other_shapes_is_refused():
 def test_flat_buffers_live_where_the_model_does():
     """A GPU learner's flat parameter and grad must stay on its device ("meta" stands in
     for CUDA here: a buffer made on the CPU would not take a meta tensor's values)."""
-    from ftrl.rl.learner import _flatten_parameters
+    from ftrl.rl.learning.learner import _flatten_parameters
 
     params = [torch.nn.Parameter(torch.empty(3, 4, device="meta")), torch.nn.Parameter(torch.empty(5, device="meta"))]
     flat, grad = _flatten_parameters(params)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ftrl.rl import learner_group as lg
+from ftrl.rl.learning import learner_group as lg
 from ftrl.wire.errors import ActorError, ActorStartError, ActorUnavailableError
 
 
@@ -52,7 +52,7 @@ def _group(outcomes: list[dict[str, BaseException]]) -> tuple[lg.LearnerGroup, l
 
 
 def _collateral() -> dict[str, BaseException]:
-    return {"job/learner/1": ActorError("ftrl.rl.mesh.CollectiveTimeout", "allreduce timed out")}
+    return {"job/learner/1": ActorError("ftrl.rl.learning.mesh.CollectiveTimeout", "allreduce timed out")}
 
 
 def test_update_commits_after_collateral_failures():

@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from ftrl.rl.local_handle import LocalClient
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -17,6 +16,7 @@ from ftrl.wire.errors import (
     InvalidArgumentError,
     StaleIncarnationError,
 )
+from tests.local_client import LocalClient
 
 
 class Box:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ftrl.rl.models import ActorCritic, env_action
+from ftrl.rl.models.actor_critic import ActorCritic, env_action
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, space_spec
 from ftrl.wire.errors import ConfigError
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from ftrl.config import ModelConfig
-from ftrl.rl.models import ActorCritic
-from ftrl.rl.policy import NumpyPolicy, TorchPolicy, flat_layout
+from ftrl.rl.models.actor_critic import ActorCritic
+from ftrl.rl.models.policy import NumpyPolicy, TorchPolicy, flat_layout
 from ftrl.rl.spaces import space_spec
 
 OBS = gym.spaces.Box(-1, 1, (5,), np.float32)
@@ -111,7 +111,7 @@ def test_torch_policy_wraps_the_module():
 
 def test_env_runner_process_does_not_import_torch():
     code = (
-        "import sys; from ftrl.config import PPOConfig; from ftrl.rl.env_runner import EnvRunner;"
+        "import sys; from ftrl.config import PPOConfig; from ftrl.rl.sampling.env_runner import EnvRunner;"
         "r = EnvRunner(PPOConfig().environment('CartPole-v1').to_dict()); r.sample();"
         "print('torch' in sys.modules)"
     )

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from ftrl.config import PPOConfig
-from ftrl.rl.local_handle import LocalClient
-from ftrl.rl.models import ActorCritic
-from ftrl.rl.runner_group import EnvRunnerFailureError, EnvRunnerGroup
+from ftrl.rl.models.actor_critic import ActorCritic
+from ftrl.rl.sampling.runner_group import EnvRunnerFailureError, EnvRunnerGroup
 from ftrl.rl.spaces import space_spec
+from tests.local_client import LocalClient
 
 SPEC = space_spec(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
 
@@ -104,7 +104,7 @@ def test_restarted_runner_is_resynced_before_it_samples_again():
 
 
 def test_restarted_runner_gets_the_central_filter_state():
-    from ftrl.rl.filters import MeanStdFilter
+    from ftrl.rl.sampling.filters import MeanStdFilter
 
     central = MeanStdFilter((4,))
     central(np.random.default_rng(0).normal(size=(100, 4)))
@@ -202,7 +202,7 @@ def test_without_fault_tolerance_a_runner_failure_raises():
 
 
 def test_user_error_in_a_runner_soft_restarts_it():
-    cfg = _config(env="ftrl.rl.testing_envs:make_flaky_env", env_config={"fail_every": 20})
+    cfg = _config(env="ftrl.testing.envs:make_flaky_env", env_config={"fail_every": 20})
     with LocalClient() as client:
         group = _group(client, cfg)
         group.sync_weights(0, _weights())
@@ -216,14 +216,14 @@ def test_user_error_in_a_runner_soft_restarts_it():
 
 
 def test_validation_reports_broken_runners():
-    broken = "ftrl.rl.testing_envs:make_broken_env"
+    broken = "ftrl.testing.envs:make_broken_env"
     with LocalClient() as client:
         with pytest.raises(EnvRunnerFailureError, match="on purpose"):
             _group(client, _config(env=broken))
 
 
 def test_no_healthy_runner_waits_up_to_the_tolerance_then_raises():
-    broken = "ftrl.rl.testing_envs:make_broken_env"
+    broken = "ftrl.testing.envs:make_broken_env"
     cfg = _config(env=broken, validate=False, probe=0.05, num_consecutive_env_runner_failures_tolerance=3)
     with LocalClient() as client:
         group = _group(client, cfg)

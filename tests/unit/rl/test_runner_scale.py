@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ftrl.rl.local_handle import LocalClient
 from ftrl.wire.errors import ConfigError
+from tests.local_client import LocalClient
 from tests.unit.rl.test_algorithm import _config as _algo_config
 from tests.unit.rl.test_runner_group import _config, _group, _until, _weights
 

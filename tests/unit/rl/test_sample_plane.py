@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from ftrl.rl.sample_plane import (
+from ftrl.rl.sampling.sample_plane import (
     _HELLO,
     MAGIC,
     MAX_REQUEST_BYTES,
@@ -292,7 +292,7 @@ def test_a_reply_past_its_deadline_fails_even_when_only_done_is_asked(server, ch
 
 
 def test_a_reply_that_stalls_half_sent_never_blocks_done_or_wait_first(server, monkeypatch):
-    import ftrl.rl.sample_plane as sample_plane
+    import ftrl.rl.sampling.sample_plane as sample_plane
 
     resume = threading.Event()
     real_send_parts = sample_plane.send_parts
@@ -389,9 +389,9 @@ def test_closing_a_channel_fails_the_reply_a_thread_is_waiting_for(server):
 
 def test_an_in_process_runner_has_no_channel_and_the_group_samples_by_rpc():
     from ftrl.config import PPOConfig
-    from ftrl.rl.env_runner import EnvRunner
-    from ftrl.rl.local_handle import LocalClient
-    from ftrl.rl.runner_group import _channel_token
+    from ftrl.rl.sampling.env_runner import EnvRunner
+    from ftrl.rl.sampling.runner_group import _channel_token
+    from tests.local_client import LocalClient
 
     cfg = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=1, rollout_fragment_length=4)
     runner = EnvRunner(cfg)
@@ -465,7 +465,7 @@ def test_no_busy_poll_when_it_is_off(server):
 
 
 def test_a_quiet_connection_spins_once_not_after_every_idle_poll(monkeypatch):
-    import ftrl.rl.sample_plane as sp
+    import ftrl.rl.sampling.sample_plane as sp
 
     monkeypatch.setattr(sp, "POLL_S", 0.2)  # the serving thread's idle reads wake 5x a second
     runner = FakeRunner()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ftrl.rl.train_cli import Progress, add_train_arguments, build_job, parse_overrides, run_train
+from ftrl.cli.train import Progress, add_train_arguments, build_job, parse_overrides, run_train
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -54,7 +54,7 @@ def test_run_train_in_process_then_resume(tmp_path, capsys):
     [
         (("--env", "CartPole-v1", "--set", "lrr=1"), "did you mean 'lr'"),
         (("--env", "NoSuchEnv-v9", "--stop-iters", "1"), "cannot make environment"),
-        (("--env", "ftrl.rl.testing_envs:make_dict_env", "--stop-iters", "1"), "observation space Dict"),
+        (("--env", "ftrl.testing.envs:make_dict_env", "--stop-iters", "1"), "observation space Dict"),
         (("--env", "CartPole-v1", "--set", "ignore_env_runner_failures=true", "--set", "restart_failed_env_runners=true"), "mutually exclusive"),
     ],
 )

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from ftrl.config import PPOConfig
-from ftrl.rl import env_runner
-from ftrl.rl.env_runner import EnvRunner
+from ftrl.rl.sampling import env_runner
+from ftrl.rl.sampling.env_runner import EnvRunner
 
 
 def _step_envs():
     """The C step; a skip where no C compiler could build it, a failure where one could."""
     try:
-        from ftrl.rl._vecstep import step_envs
+        from ftrl.rl.sampling._vecstep import step_envs
     except ImportError:
         if shutil.which("cc") or shutil.which("gcc"):
             raise  # `pip install -e .` should have built it
@@ -362,12 +362,12 @@ def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 
 
 @pytest.mark.parametrize("env, env_config", [
     ("CartPole-v1", {}),
-    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 37, "max_episode_steps": 20}),
-    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 29, "mode": "nan_obs"}),
-    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 31, "mode": "nan_reward"}),
-    ("ftrl.rl.testing_envs:make_counter_env", {"episode_len": 7, "truncate": True}),
-    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 5, "fail_in": "reset"}),
-    ("ftrl.rl.testing_envs:make_flaky_env", {"fail_every": 4, "fail_in": "reset", "mode": "nan_obs"}),
+    ("ftrl.testing.envs:make_flaky_env", {"fail_every": 37, "max_episode_steps": 20}),
+    ("ftrl.testing.envs:make_flaky_env", {"fail_every": 29, "mode": "nan_obs"}),
+    ("ftrl.testing.envs:make_flaky_env", {"fail_every": 31, "mode": "nan_reward"}),
+    ("ftrl.testing.envs:make_counter_env", {"episode_len": 7, "truncate": True}),
+    ("ftrl.testing.envs:make_flaky_env", {"fail_every": 5, "fail_in": "reset"}),
+    ("ftrl.testing.envs:make_flaky_env", {"fail_every": 4, "fail_in": "reset", "mode": "nan_obs"}),
 ])
 def test_the_c_and_python_loops_give_the_same_fragments(monkeypatch, env, env_config):
     """Same seeds, same envs: every array of every fragment, the episodes and the restart

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from ftrl.rl.weights_plane import WeightsNode, WeightsPlaneError, fetch
+from ftrl.rl.weights.plane import WeightsNode, WeightsPlaneError, fetch
 
 
 def test_pull_and_relay_cut_through():

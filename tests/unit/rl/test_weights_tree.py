@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-import ftrl.rl.env_runner as env_runner_mod
-from ftrl.rl.env_runner import subtree_height, subtree_names
-from ftrl.rl.local_handle import LocalClient
-from ftrl.rl.runner_group import build_weights_tree, weights_fresh
+import ftrl.rl.sampling.env_runner as env_runner_mod
+from ftrl.rl.sampling.env_runner import subtree_height, subtree_names
+from ftrl.rl.sampling.runner_group import build_weights_tree, weights_fresh
+from tests.local_client import LocalClient
 from tests.unit.rl.test_runner_group import _config, _group, _until, _weights
 
 # ---------------------------------------------------------------- tree construction

@@ -32,14 +32,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ftrl.rl.learner_group import LearnerWaitTimeout
-from ftrl.rl.metrics import json_safe
+from ftrl.rl.driver.metrics import json_safe
+from ftrl.rl.learning.learner_group import LearnerWaitTimeout
 from ftrl.util.files import atomic_write_json
 from ftrl.wire.errors import FtrlError
 
 if TYPE_CHECKING:
     from ftrl.config import StopCriteria
-    from ftrl.rl.algorithm import Algorithm
+    from ftrl.rl.driver.algorithm import Algorithm
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""`JOB/learner/I`: one member of an elastic learner mesh ("ftrl.rl.learner_actor:LearnerActor").
+"""`JOB/learner/I`: one member of an elastic learner mesh ("ftrl.rl.learning.learner_actor:LearnerActor").
 
 It owns a PPOLearner and an EpochMesh. Life of a member:
 
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ftrl.rl.learner_group import learner_config_hash
-from ftrl.rl.mesh import EpochMesh, MeshChanged
+from ftrl.rl.learning.learner_group import learner_config_hash
+from ftrl.rl.learning.mesh import EpochMesh, MeshChanged
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.imports import import_class
 from ftrl.wire.errors import FtrlError, InvalidArgumentError, PermissionDeniedError
@@ -56,9 +56,9 @@ class LearnerActor:
     def __init__(self, config: dict, space_spec: dict, group: str | None = None,
                  config_hash: str | None = None, client: Any = None, name: str | None = None,
                  incarnation: int | None = None, host: str | None = None,
-                 learner_class: str = "ftrl.rl.learner:PPOLearner"):
+                 learner_class: str = "ftrl.rl.learning.learner:PPOLearner"):
         from ftrl.client.context import get_runtime_context
-        from ftrl.rl.env_runner import config_from_dict
+        from ftrl.rl.sampling.env_runner import config_from_dict
 
         ctx = get_runtime_context()
         self.name = name or (ctx.name if ctx is not None else "learner/0")

@@ -3,7 +3,7 @@
 It has the interface of an in-process learner (`update`, `get_weights`, `get_state`,
 `set_state`, `version`), so the Algorithm does not care where learning happens.
 
-- `num_learners` actors `JOB/learner/I` ("ftrl.rl.learner_actor:LearnerActor") are
+- `num_learners` actors `JOB/learner/I` ("ftrl.rl.learning.learner_actor:LearnerActor") are
   created with `max_num_learner_restarts` (an `ActorGroup`, `rl.actor_group`: names,
   creation, strict handles, parallel calls, teardown); the runtime restarts a dead one
   in place and the new incarnation joins the mesh again after its warm-up. Membership
@@ -50,7 +50,7 @@ from ftrl.wire.errors import (
 
 log = logging.getLogger(__name__)
 
-LEARNER_CLASS = "ftrl.rl.learner_actor:LearnerActor"
+LEARNER_CLASS = "ftrl.rl.learning.learner_actor:LearnerActor"
 #: errors a member raises when another member failed (not its own fault)
 COLLATERAL = ("MeshChanged", "PeerLost", "CollectiveTimeout")
 PROBE_TIMEOUT_S = 3.0

@@ -186,7 +186,7 @@ class TorchPolicy:
     def __init__(self, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None):
         import torch
 
-        from ftrl.rl.models import ActorCritic
+        from ftrl.rl.models.actor_critic import ActorCritic
 
         self._torch = torch
         if seed is not None:

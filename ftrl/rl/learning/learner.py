@@ -2,12 +2,12 @@
 minibatch epochs, gradient clipping. Torch on CPU.
 
 Usable in-process (the Algorithm's own learner) or as an actor
-("ftrl.rl.learner:PPOLearner", kwargs {"config": config.to_dict(), "space_spec": ...}):
+("ftrl.rl.learning.learner:PPOLearner", kwargs {"config": config.to_dict(), "space_spec": ...}):
 every argument and result is msgpack + numpy. Weights travel as a versioned flat
 float32 vector: `get_weights() -> (version, flat)`; the version goes up by one per
 `update()`.
 
-Data-parallel (ftrl/rl/learner_actor.py): with `allreduce` set, every SGD step sums
+Data-parallel (ftrl/rl/learning/learner_actor.py): with `allreduce` set, every SGD step sums
 [grad * n_local, n_local] over the mesh, so each rank applies the same global-mean
 gradient and the same optimizer step: parameters stay bit-identical. The driver
 passes `sgd_steps_per_epoch` so every rank runs the same number of collectives,
@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from ftrl.config import AlgorithmConfig
-from ftrl.rl.flat_adam import FlatAdam
-from ftrl.rl.models import ActorCritic
+from ftrl.rl.learning.flat_adam import FlatAdam
+from ftrl.rl.models.actor_critic import ActorCritic
 from ftrl.rl.sample_batch import check_fragment
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.rng_state import (
@@ -86,7 +86,7 @@ class PPOLearner:
 
     def __init__(self, config: dict | AlgorithmConfig, space_spec: dict | SpaceSpec, seed: int | None = None,
                  set_torch_threads: bool = False, device: torch.device | str = "cpu"):
-        from ftrl.rl.env_runner import config_from_dict
+        from ftrl.rl.sampling.env_runner import config_from_dict
 
         if set_torch_threads:
             torch.set_num_threads(1)

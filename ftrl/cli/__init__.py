@@ -229,7 +229,7 @@ def _job_status(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from ftrl.rl.train_cli import build_job
+    from ftrl.cli.train import build_job
 
     job = build_job(args)  # ConfigError (exit 2) before any call
     with _client(args) as client:
@@ -290,7 +290,7 @@ def cmd_systemd_units(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ftrl.rl.train_cli import run_train
+    from ftrl.cli.train import run_train
 
     return run_train(args)
 
@@ -366,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kill and restart an actor that does not answer pings this long")
     p.add_argument("--actor-start-timeout", type=positive(float), default=300.0, metavar="S")
     p.add_argument("--spares", type=int, default=1, help="warm spare processes kept for fast restarts")
-    p.add_argument("--preload", default="", help="modules spares import ahead, e.g. ftrl.rl.env_runner,gymnasium; "
+    p.add_argument("--preload", default="", help="modules spares import ahead, e.g. ftrl.rl.sampling.env_runner,gymnasium; "
                    "MODULES;first:MODULES2 also starts one spare with MODULES2 for the first actor "
                    "(e.g. a job's driver that needs torch)")
     p.add_argument("--log-dir", help="where actor logs go (one file per actor; default "
@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train an RL algorithm (embedded local cluster by default)")
     _add_verbose(p)
     try:
-        from ftrl.rl.train_cli import add_train_arguments
+        from ftrl.cli.train import add_train_arguments
     except ImportError:  # pragma: no cover
         add_train_arguments = None
     if add_train_arguments is not None:
@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_train)
 
     p = client_command("submit", "submit a job file to a running cluster; prints the job id", cmd_submit)
-    from ftrl.rl.train_cli import add_job_arguments, job_id_arg
+    from ftrl.cli.train import add_job_arguments, job_id_arg
 
     add_job_arguments(p, config_positional=True)
     p.add_argument("--output", metavar="DIR", help="output directory, as the coordinator's host "

@@ -10,13 +10,13 @@ Subclasses (ftrl.rl.algorithms.ppo) implement `setup_learner()` and
 window and counters, evaluation, the result dict and metrics.jsonl, periodic
 checkpoints. Two neighbours hold the remainder, behind methods that delegate to them:
 
-- ftrl.rl.run_loop: `run()`/`finish()`, training to a stop criterion, Ctrl-C/SIGTERM,
+- ftrl.rl.driver.run_loop: `run()`/`finish()`, training to a stop criterion, Ctrl-C/SIGTERM,
   the final checkpoint and result.json.
-- ftrl.rl.algo_state: `get_state()`/`set_state()`/`save_checkpoint()`, resume from the
+- ftrl.rl.driver.state: `get_state()`/`set_state()`/`save_checkpoint()`, resume from the
   newest state that exists, and `check_resume_compatible`.
 
 With an output_dir, each iteration's state and row go to disk off the training path
-(ftrl.rl.state_writer: driver_state.ftrl, then the row in metrics.jsonl, then
+(ftrl.rl.driver.state_writer: driver_state.ftrl, then the row in metrics.jsonl, then
 `on_row_durable(row)`); `flush_state()` waits for them, `stop()` and the end of `run()`
 do so too.
 
@@ -24,7 +24,7 @@ Runners: with `num_env_runners=0` the Algorithm samples with a local EnvRunner i
 own process (for the whole run: a run cannot go to or from 0 runners while it runs).
 Otherwise it creates remote runners through `client.create_actor`; the
 client is injected (`client=`), so the same code runs on the real runtime, on
-`ftrl.rl.local_handle.LocalClient` (in-process threads) in tests, or on whatever the
+`tests.local_client.LocalClient` (in-process threads) in tests, or on whatever the
 cluster hook provides. With no client given and remote runners or learners asked
 for, an embedded local cluster is started (`embedded_cluster_for`).
 `scale_env_runners(n)` / `scale_learners(m)` resize the groups at the next iteration /
@@ -46,19 +46,20 @@ import numpy as np
 import torch
 
 from ftrl.config import AlgorithmConfig, StopCriteria, check_learner_gpus
-from ftrl.rl import algo_state, run_loop
-from ftrl.rl.algo_state import check_resume_compatible
-from ftrl.rl.checkpoint import CheckpointManager
-from ftrl.rl.embedded import embedded_cluster_for
-from ftrl.rl.env_factory import probe_spaces
-from ftrl.rl.env_runner import EnvRunner
-from ftrl.rl.filters import make_filter
-from ftrl.rl.learner_group import LearnerGroup
-from ftrl.rl.metrics import EpisodeWindow, MetricsLog, json_safe
-from ftrl.rl.runner_group import EnvRunnerGroup
+from ftrl.rl.driver import run_loop
+from ftrl.rl.driver import state as algo_state
+from ftrl.rl.driver.checkpoint import CheckpointManager
+from ftrl.rl.driver.embedded import embedded_cluster_for
+from ftrl.rl.driver.metrics import EpisodeWindow, MetricsLog, json_safe
+from ftrl.rl.driver.state import check_resume_compatible
+from ftrl.rl.driver.state_writer import LearnerSource, StateWriter
+from ftrl.rl.learning.learner_group import LearnerGroup
 from ftrl.rl.sample_batch import check_fragment
+from ftrl.rl.sampling.env_factory import probe_spaces
+from ftrl.rl.sampling.env_runner import EnvRunner
+from ftrl.rl.sampling.filters import make_filter
+from ftrl.rl.sampling.runner_group import EnvRunnerGroup
 from ftrl.rl.spaces import SpaceSpec, space_spec
-from ftrl.rl.state_writer import LearnerSource, StateWriter
 from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Algorithm:
         client: object with `create_actor` / `kill_actor` (needed for remote runners).
         output_dir: where metrics.jsonl, checkpoints/ and result.json go (None: nowhere).
         resume: continue from the newest state under output_dir (driver_state.ftrl or
-            a checkpoint; see ftrl.rl.algo_state).
+            a checkpoint; see ftrl.rl.driver.state).
         job_name: prefix of actor names (`JOB/env_runner/I`).
         known_row: with `resume`, the newest metrics row reported elsewhere (the
             coordinator's record of the job): the counters never go back past it.
@@ -264,7 +265,7 @@ class Algorithm:
 
     def _persist(self, row: dict[str, Any]) -> None:
         """Hand this iteration's state and row to the state writer (never waits for the
-        disk; ftrl.rl.state_writer)."""
+        disk; ftrl.rl.driver.state_writer)."""
         if self.state_writer is None:
             return
         self.state_writer.submit(self.iteration, algo_state.driver_state(self), row, self._learner_source())
@@ -480,7 +481,7 @@ class Algorithm:
         x = self.filter(x, update=False)
         model = getattr(self.learner, "model", None)
         if model is None:  # remote learners: a local copy of the latest weights
-            from ftrl.rl.models import ActorCritic
+            from ftrl.rl.models.actor_critic import ActorCritic
 
             version, weights = self.learner.get_weights()
             if self._local_model is None or self._local_model[0] != version:
@@ -492,7 +493,7 @@ class Algorithm:
             actions, _, _ = model.act(torch.from_numpy(np.ascontiguousarray(x, np.float32)), explore)
         return env_action(self.spec, actions.numpy())[0]
 
-    # ------------------------------------------------------------------ checkpoints (ftrl.rl.algo_state)
+    # ------------------------------------------------------------------ checkpoints (ftrl.rl.driver.state)
 
     def get_state(self) -> dict[str, Any]:
         """Everything a checkpoint holds (msgpack + numpy only)."""
@@ -515,7 +516,7 @@ class Algorithm:
     def _resume(self, known_row: dict[str, Any] | None = None) -> None:
         algo_state.resume(self, known_row)
 
-    # ------------------------------------------------------------------ running to a stop (ftrl.rl.run_loop)
+    # ------------------------------------------------------------------ running to a stop (ftrl.rl.driver.run_loop)
 
     def run(
         self,

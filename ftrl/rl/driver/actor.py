@@ -1,6 +1,6 @@
-"""The job's driver as an actor: `"ftrl.rl.driver:AlgorithmDriver"`.
+"""The job's driver as an actor: `"ftrl.rl.driver.actor:AlgorithmDriver"`.
 
-    client.create_actor("ftrl.rl.driver:AlgorithmDriver", name=f"{job}/algorithm",
+    client.create_actor("ftrl.rl.driver.actor:AlgorithmDriver", name=f"{job}/algorithm",
                         kwargs={"job": job_spec_dict, "output_dir": "/runs/job"},
                         max_restarts=10)
 
@@ -9,14 +9,14 @@ learners are created through the actor's own client (`get_runtime_context().clie
 under the job's name, with `get_if_exists`, so a driver that was killed and restarted
 (in place, or on another node when its node was lost) re-attaches to the runners and
 learners that stayed up and resumes from the newest state that still exists
-(ftrl.rl.algo_state: the per-iteration driver_state.ftrl, the live learners' weights
+(ftrl.rl.driver.state: the per-iteration driver_state.ftrl, the live learners' weights
 and optimizer, the coordinator's record of the job): a driver's death costs at most
 the iteration in flight, and no row of metrics.jsonl is removed. `status()` reports
 progress; `stop()` asks for a stop after the current iteration.
 Outside an actor (tests), pass `client=` in-process.
 
 Inside an actor the driver also reports to its job record on the coordinator through
-a `JobLink` (ftrl.rl.job_link; never in training's way): STARTING at once, RUNNING
+a `JobLink` (ftrl.rl.driver.job_link; never in training's way): STARTING at once, RUNNING
 once built, every iteration's metrics row (once it is on disk) with the newest
 checkpoint, and the final stage (FINISHED: a stop criterion; STOPPED: on request;
 FAILED: the error) before it ends. Each reply may ask for a stop or for other numbers of env runners / learners,
@@ -39,9 +39,9 @@ from typing import Any
 
 from ftrl.client.jobs import FINAL_STAGES
 from ftrl.config import load_job
-from ftrl.rl.job_link import JobLink
-from ftrl.rl.metrics import json_safe
-from ftrl.rl.run_loop import StopRequest
+from ftrl.rl.driver.job_link import JobLink
+from ftrl.rl.driver.metrics import json_safe
+from ftrl.rl.driver.run_loop import StopRequest
 from ftrl.util.run_dir import has_saved_state
 from ftrl.wire.errors import FtrlError
 

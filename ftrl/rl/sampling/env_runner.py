@@ -1,13 +1,13 @@
 """EnvRunner: E sub-environments stepped as a vector with one batched policy call per step.
 
-Inference runs on `ftrl.rl.policy` (numpy by default, so runner processes never import
+Inference runs on `ftrl.rl.models.policy` (numpy by default, so runner processes never import
 torch; `inference_backend="torch"` uses the torch module instead). The loop over the
 in-process sub-envs at each vector step, with the reset of each sub-env whose episode
 terminated in it, runs in C (`ftrl/rl/_vecstep.c`, built by `pip install` where a C
 compiler is found; ~6% more steps/s on CartPole) or, without it or with
 `FTRL_PURE_PYTHON=1`, in Python: the same calls, fragments and errors.
 
-Created as an actor (`"ftrl.rl.env_runner:EnvRunner"`) or in-process. Constructor
+Created as an actor (`"ftrl.rl.sampling.env_runner:EnvRunner"`) or in-process. Constructor
 kwargs and every method's arguments and results are msgpack + numpy only.
 
 Reset semantics (no gymnasium next-step autoreset): when a sub-env's episode ends at
@@ -57,10 +57,10 @@ from typing import Any
 import numpy as np
 
 from ftrl.config import AlgorithmConfig, config_class
-from ftrl.rl.filters import NoFilter, make_filter
-from ftrl.rl.policy import make_policy
+from ftrl.rl.models.policy import make_policy
+from ftrl.rl.sampling.filters import NoFilter, make_filter
+from ftrl.rl.sampling.sub_env import SubEnvError, make_sub_env, reset_error
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
-from ftrl.rl.sub_env import SubEnvError, make_sub_env, reset_error
 from ftrl.util.watchdog import ProgressWatchdog
 from ftrl.wire.errors import ConfigError
 
@@ -74,13 +74,13 @@ _sq_sum = np.vdot
 
 
 def _native_step() -> Any:
-    """`ftrl.rl._vecstep.step_envs`, the vector step in C (built by `pip install` where a C
+    """`ftrl.rl.sampling._vecstep.step_envs`, the vector step in C (built by `pip install` where a C
     compiler is found), or None: the pure-Python loop in `_steps`, which does the same.
     `FTRL_PURE_PYTHON=1` picks the Python loop."""
     if os.environ.get("FTRL_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from ftrl.rl._vecstep import step_envs
+        from ftrl.rl.sampling._vecstep import step_envs
     except ImportError:
         return None
     return step_envs
@@ -775,7 +775,7 @@ class EnvRunner:
 
     def sample_address(self) -> dict[str, Any]:
         """{"address": host:port, "incarnation": n} of this runner's sample channel server
-        (`ftrl.rl.sample_plane`, started on first use); address "" where there is none
+        (`ftrl.rl.sampling.sample_plane`, started on first use); address "" where there is none
         (in-process; a TLS cluster, as the channel is plain TCP; no cluster token on a
         non-loopback address)."""
         from ftrl.client.context import get_runtime_context
@@ -788,7 +788,7 @@ class EnvRunner:
             return {"address": "", "incarnation": 0}  # no token off loopback: nothing to check peers with
         with self._plane_lock:
             if self._sample_server is None:
-                from ftrl.rl.sample_plane import SampleServer
+                from ftrl.rl.sampling.sample_plane import SampleServer
 
                 self._sample_server = SampleServer(self, ctx.host, ctx.security.token, ctx.incarnation,
                                                    self.config.env_runners_cfg.sample_busy_poll_s)
@@ -799,7 +799,7 @@ class EnvRunner:
         """Pull weights `version` (`nbytes` of float32, published as blob `key`) from the
         weights plane server at `source` (the driver or this runner's parent), serving
         them onward while they arrive, then load them like `set_weights`."""
-        from ftrl.rl.weights_plane import fetch
+        from ftrl.rl.weights.plane import fetch
 
         node = self._weights_node()
         flat = fetch(source, node.token, int(key), node.store, int(nbytes), float(timeout_s))
@@ -809,7 +809,7 @@ class EnvRunner:
         with self._plane_lock:
             if self._weights_plane is None:
                 from ftrl.client.context import get_runtime_context
-                from ftrl.rl.weights_plane import WeightsNode
+                from ftrl.rl.weights.plane import WeightsNode
 
                 ctx = get_runtime_context()
                 self._weights_plane = WeightsNode(ctx.host if ctx else "127.0.0.1",
@@ -827,7 +827,7 @@ class EnvRunner:
         """`set_weights` here, then forward the same weights down a broadcast tree.
 
         `children` are subtrees `[name, incarnation, [subtrees...]]` (see
-        `ftrl.rl.runner_group.build_weights_tree`). Returns {runner name: {"weights_version": v}
+        `ftrl.rl.sampling.runner_group.build_weights_tree`). Returns {runner name: {"weights_version": v}
         or {"error": "..."}} for this runner and its whole subtree."""
         return relay_weights(self, version, weights, filter_state, children, hop_timeout_s)
 

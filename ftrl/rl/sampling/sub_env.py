@@ -11,7 +11,7 @@ process) raises `SubEnvError`, so the runner can tell it apart from its own bugs
 Construction errors (unknown id, a creator that raises, an unsupported space) raise
 ConfigError in-process and SubEnvError from a child. Each sub-env has `.spec`.
 
-A remote sub-env is `python -m ftrl.rl.sub_env FD` started with `subprocess` and
+A remote sub-env is `python -m ftrl.rl.sampling.sub_env FD` started with `subprocess` and
 connected by a socketpair. Messages are `ftrl.util.framing` frames (little-endian u32
 length, 1 GiB cap) of `ftrl.wire.codec` msgpack: nothing is pickled either way, and the
 child's stdout stays free for the environment's own prints.
@@ -57,7 +57,7 @@ class LocalSubEnv:
     """A sub-env living in the runner's own process."""
 
     def __init__(self, index: int, env: str, env_config: dict):
-        from ftrl.rl.env_factory import make_env
+        from ftrl.rl.sampling.env_factory import make_env
 
         self.index = index
         self.env = make_env(env, env_config)
@@ -108,7 +108,7 @@ class RemoteSubEnv:
             env_vars = dict(os.environ)
             env_vars["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "ftrl.rl.sub_env", str(child.fileno())],
+                [sys.executable, "-m", "ftrl.rl.sampling.sub_env", str(child.fileno())],
                 pass_fds=(child.fileno(),),
                 env=env_vars,
                 stdin=subprocess.DEVNULL,
@@ -237,7 +237,7 @@ def _child_recv(sock: socket.socket) -> Any:
 
 def _child_main(fd: int) -> None:
     """Serve one environment over the socket until "close" or EOF."""
-    from ftrl.rl.env_factory import make_env
+    from ftrl.rl.sampling.env_factory import make_env
 
     sock = socket.socket(fileno=fd)
     env = None

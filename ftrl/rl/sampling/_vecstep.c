@@ -15,7 +15,7 @@
  * when either is. `finite` is false when a written observation row holds NaN or inf, or
  * a reward is NaN, inf or no float (the caller then runs its exact per-env check). Errors from `fit` or from adding
  * the reward propagate, after the same side effects as in the pure-Python loop in
- * ftrl/rl/env_runner.py, which does the same (one difference: a float64 observation
+ * ftrl/rl/sampling/env_runner.py, which does the same (one difference: a float64 observation
  * beyond float32's range becomes inf without numpy's RuntimeWarning; the row is flagged).
  *
  * Episode ends, in C too (the runner's other hot path: a CartPole fragment of 1,024 steps
@@ -406,7 +406,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "ftrl.rl._vecstep",
+    PyModuleDef_HEAD_INIT, "ftrl.rl.sampling._vecstep",
     "The EnvRunner's vector step below Python (see ftrl/rl/_vecstep.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };

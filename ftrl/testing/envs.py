@@ -1,15 +1,15 @@
 """Misbehaving environments for tests and chaos runs (import paths usable as `env`).
 
-    ftrl.rl.testing_envs:make_flaky_env    CartPole that fails every `fail_every` steps
-    ftrl.rl.testing_envs:make_slow_env     CartPole that sleeps `sleep_s` per step
-    ftrl.rl.testing_envs:make_broken_env   raises while being constructed
-    ftrl.rl.testing_envs:make_dict_env     has a Dict observation space (unsupported)
-    ftrl.rl.testing_envs:make_counter_env  deterministic: obs = step count, reward 1,
+    ftrl.testing.envs:make_flaky_env    CartPole that fails every `fail_every` steps
+    ftrl.testing.envs:make_slow_env     CartPole that sleeps `sleep_s` per step
+    ftrl.testing.envs:make_broken_env   raises while being constructed
+    ftrl.testing.envs:make_dict_env     has a Dict observation space (unsupported)
+    ftrl.testing.envs:make_counter_env  deterministic: obs = step count, reward 1,
                                            episode of `episode_len` steps (terminates)
-    ftrl.rl.testing_envs:make_hang_env     CartPole whose `step` hangs after `hang_after`
+    ftrl.testing.envs:make_hang_env     CartPole whose `step` hangs after `hang_after`
                                            steps, or whose construction hangs
                                            (once per `marker` file)
-    ftrl.rl.testing_envs:make_paced_env    CartPole whose every `step` waits for one byte
+    ftrl.testing.envs:make_paced_env    CartPole whose every `step` waits for one byte
                                            on the FIFO at `fifo` (a test paces the steps)
 
 `make_flaky_env` env_config keys: `fail_every` (default 50), `scope` ("instance": count

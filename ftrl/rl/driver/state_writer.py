@@ -18,7 +18,7 @@ training path.
    asked for exactly the version the driver state names; a learner that cannot serve
    it any more is skipped until the next iteration).
 
-Both files are checkpoint files (`ftrl.rl.checkpoint`: atomic, checksummed, msgpack +
+Both files are checkpoint files (`ftrl.rl.driver.checkpoint`: atomic, checksummed, msgpack +
 numpy). The newest state wins: when iterations come faster than the disk, states
 in between are skipped, never rows (every row is written, in order). A row is on
 disk only once a driver state at least as new is, so a driver that dies loses at most
@@ -37,8 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ftrl.rl.checkpoint import CorruptCheckpointError, decode_checkpoint, encode_checkpoint
-from ftrl.rl.metrics import MetricsLog
+from ftrl.rl.driver.checkpoint import CorruptCheckpointError, decode_checkpoint, encode_checkpoint
+from ftrl.rl.driver.metrics import MetricsLog
 from ftrl.util.backoff import Backoff
 from ftrl.util.files import atomic_write_bytes
 from ftrl.util.run_dir import DRIVER_STATE_FILE, LEARNER_STATE_FILE

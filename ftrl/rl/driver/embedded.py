@@ -3,7 +3,7 @@
 `ftrl train` (no --coordinator) runs its job on one: the job's driver is an actor on
 it, so this process never needs torch. What each warm spare imports ahead follows the
 job: env runners with the numpy inference backend need no torch, so the pool's spares
-preload only `ftrl.rl.env_runner`; the driver (the worker's first actor) gets a spare
+preload only `ftrl.rl.sampling.env_runner`; the driver (the worker's first actor) gets a spare
 of its own that imports the algorithm (and torch) while the cluster is still starting.
 """
 
@@ -17,9 +17,9 @@ from ftrl.util.gpus import NVIDIA_PROC_DIR, visible_gpus
 from ftrl.wire.errors import ConfigError
 
 #: What every warm spare of a job's cluster imports ahead (no torch).
-RUNNER_PRELOAD = "ftrl.rl.env_runner"
+RUNNER_PRELOAD = "ftrl.rl.sampling.env_runner"
 #: The driver actor's module (`ftrl.coordinator.jobs.DRIVER_CLASS`).
-DRIVER_MODULE = "ftrl.rl.driver"
+DRIVER_MODULE = "ftrl.rl.driver.actor"
 
 
 def cluster_slots(config: Any) -> int:

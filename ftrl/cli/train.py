@@ -17,7 +17,7 @@ holds a run's state; --resume continues from its newest valid state.
 
 `ftrl train` is submit + follow: the job (id: --job-name, else the output dir's name and
 a hash of its path) is submitted to the coordinator, which runs its driver as the actor
-`JOB/algorithm` (ftrl.rl.driver:AlgorithmDriver) and keeps its record; this process
+`JOB/algorithm` (ftrl.rl.driver.actor:AlgorithmDriver) and keeps its record; this process
 long-polls that record and shows each iteration. `--coordinator` uses a running
 cluster (`--detach` submits and exits); otherwise `cluster_factory(args, config)` makes
 one (default: the embedded local cluster, real coordinator and worker processes on
@@ -159,8 +159,8 @@ EMBEDDED_STATE_DIR = ".ftrl-cluster"
 def default_cluster_factory(args: argparse.Namespace, config: AlgorithmConfig) -> Any:
     """The embedded local cluster sized for the job's runners (the driver takes no slot),
     its state and logs in OUTPUT/.ftrl-cluster (an earlier run's jobs forgotten). Made
-    without torch: only the driver actor's process loads it (see ftrl.rl.embedded)."""
-    from ftrl.rl.embedded import embedded_cluster_for
+    without torch: only the driver actor's process loads it (see ftrl.rl.driver.embedded)."""
+    from ftrl.rl.driver.embedded import embedded_cluster_for
 
     return embedded_cluster_for(config, driver=not getattr(args, "in_process", False), fresh=True,
                                 state_dir=str(output_dir(args, config).resolve() / EMBEDDED_STATE_DIR))
@@ -386,7 +386,7 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     work, or (with `resume_from`) a state this config cannot continue; corrupt state
     files are reported (and skipped) here too. Returns the state file a resume starts
     from (None: from the start)."""
-    from ftrl.rl.env_factory import probe_spaces
+    from ftrl.rl.sampling.env_factory import probe_spaces
     from ftrl.rl.spaces import space_spec
 
     config = job.config
@@ -396,7 +396,7 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     spec = space_spec(observation_space, action_space)  # ConfigError for spaces we cannot handle
     if resume_from is None:
         return None
-    from ftrl.rl.algo_state import check_resume_compatible, newest_state
+    from ftrl.rl.driver.state import check_resume_compatible, newest_state
 
     found = newest_state(resume_from)
     if found is None:
@@ -607,7 +607,7 @@ def _train_here(args: argparse.Namespace, job: JobSpec, output: Path, progress: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m ftrl.rl.train_cli`); `ftrl train` is the usual one."""
+    """Stand-alone entry (`python -m ftrl.cli.train`); `ftrl train` is the usual one."""
     parser = argparse.ArgumentParser(prog="ftrl train")
     add_train_arguments(parser)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -10,7 +10,7 @@ The **driver state** of an iteration holds the counters (iteration, env steps, t
 time, the runners' and learners' failure counters), the config and space spec, the
 observation filter, the episode window, the global RNG states (python, numpy, torch;
 `ftrl.util.rng_state`), the incarnation of every runner and learner the driver knew, the
-learner's weights version, and the iteration's metrics row. `ftrl.rl.state_writer`
+learner's weights version, and the iteration's metrics row. `ftrl.rl.driver.state_writer`
 writes it after every iteration (output_dir/driver_state.ftrl), and the learner's own
 state beside it (learner_state.ftrl). A checkpoint is the same driver state with the
 learner state inside.
@@ -50,16 +50,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftrl.config import AlgorithmConfig
-from ftrl.rl.checkpoint import CheckpointManager
-from ftrl.rl.env_runner import config_from_dict
+from ftrl.rl.driver.checkpoint import CheckpointManager
+from ftrl.rl.driver.state_writer import load_state_file
+from ftrl.rl.sampling.env_runner import config_from_dict
 from ftrl.rl.spaces import SpaceSpec
-from ftrl.rl.state_writer import load_state_file
 from ftrl.util.rng_state import global_rng_from_wire, global_rng_to_wire
 from ftrl.util.run_dir import CHECKPOINT_DIR, DRIVER_STATE_FILE, LEARNER_STATE_FILE
 from ftrl.wire.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ftrl.rl.algorithm import Algorithm
+    from ftrl.rl.driver.algorithm import Algorithm
 
 log = logging.getLogger(__name__)
 

@@ -72,8 +72,8 @@ import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot, describe_error
-from ftrl.rl.env_runner import subtree_height
-from ftrl.rl.sample_plane import wait_first
+from ftrl.rl.sampling.env_runner import subtree_height
+from ftrl.rl.sampling.sample_plane import wait_first
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -87,7 +87,7 @@ from ftrl.wire.errors import (
 
 log = logging.getLogger(__name__)
 
-ENV_RUNNER_CLASS = "ftrl.rl.env_runner:EnvRunner"
+ENV_RUNNER_CLASS = "ftrl.rl.sampling.env_runner:EnvRunner"
 #: Weights at least this large travel on the weights plane (plain TCP, cut-through tree).
 PLANE_MIN_BYTES = 1 << 20
 
@@ -761,7 +761,7 @@ class EnvRunnerGroup(ActorGroup):
 
     def _submit_sample(self, slot: RunnerSlot, method: str, kwargs: dict[str, Any]) -> cf.Future:
         """Start `method` on `slot`: on its sample channel when it has one for its current
-        incarnation (`ftrl.rl.sample_plane`), else by RPC."""
+        incarnation (`ftrl.rl.sampling.sample_plane`), else by RPC."""
         channel = self._channel(slot) if method == "sample" else None
         if channel is not None:
             try:
@@ -796,7 +796,7 @@ class EnvRunnerGroup(ActorGroup):
             address = str(info.get("address", "")) if isinstance(info, dict) else ""
             if not address:
                 return None
-            from ftrl.rl.sample_plane import SampleChannel
+            from ftrl.rl.sampling.sample_plane import SampleChannel
 
             return SampleChannel(address, self._channel_token, int(info.get("incarnation", 0)),
                                  connect_timeout_s=min(5.0, self.probe_timeout))
@@ -1014,7 +1014,7 @@ def _plane_node(client: Any) -> Any:
     actor (its node's address), or on a loopback cluster. TLS clusters keep weights on
     gRPC (the plane speaks plain TCP)."""
     from ftrl.client.context import get_runtime_context
-    from ftrl.rl.weights_plane import WeightsNode
+    from ftrl.rl.weights.plane import WeightsNode
     from ftrl.wire.security import is_loopback
 
     security = getattr(getattr(client, "_aio", None), "security", None)
