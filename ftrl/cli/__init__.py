@@ -229,7 +229,7 @@ def _job_status(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from ftrl.cli.train import build_job
+    from ftrl.config.jobs import build_job
 
     job = build_job(args)  # ConfigError (exit 2) before any call
     with _client(args) as client:

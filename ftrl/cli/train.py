@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from ftrl.cli import non_negative_int, positive
-from ftrl.config import AlgorithmConfig, JobSpec, load_job
+from ftrl.config import AlgorithmConfig, JobSpec
+from ftrl.config.jobs import build_job
 from ftrl.util.run_dir import DRIVER_STATE_FILE, has_saved_state
 from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
@@ -102,47 +103,6 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument("--in-process", action="store_true",
                         help="run the driver in this process, not as the JOB/algorithm actor")
-
-
-def build_job(args: argparse.Namespace) -> JobSpec:
-    """The job (config + stop criteria) from --config, --set and the flags."""
-    job = load_job(getattr(args, "config", None), algo=getattr(args, "algo", None))
-    config = job.config
-    if getattr(args, "overrides", None):
-        config.update_from_dict(parse_overrides(args.overrides))
-    flags = {
-        "env": getattr(args, "env", None),
-        "num_env_runners": getattr(args, "num_env_runners", None),
-        "num_envs_per_env_runner": getattr(args, "num_envs_per_env_runner", None),
-        "num_learners": getattr(args, "num_learners", None),
-        "seed": getattr(args, "seed", None),
-    }
-    config.update_from_dict({k: v for k, v in flags.items() if v is not None})
-    stop = job.stop
-    for key in ("stop_reward", "stop_timesteps", "stop_iters"):
-        value = getattr(args, key, None)
-        if value is not None:
-            setattr(stop, key, value)
-    config.validate()
-    return JobSpec(config=config, stop=stop)
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """KEY=VALUE strings to a dict; VALUE is parsed as TOML (bare words stay strings)."""
-    import tomllib
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
-        out[key] = value
-    return out
 
 
 def needs_cluster(config: AlgorithmConfig) -> bool:

@@ -73,7 +73,7 @@ def test_ftrl_train_client_side_imports_no_torch():
         "from ftrl.client.cluster import LocalCluster\n"
         "args = ftrl.cli.build_parser().parse_args(['train', '--env', 'CartPole-v1', "
         "'--num-env-runners', '2'])\n"
-        "job = train_cli.build_job(args)\n"
+        "job = ftrl.config.build_job(args)\n"
         "assert train_cli.check_job(job) is None\n"
         "preload = embedded.spare_preload(job.config)\n"
         "assert 'torch' not in preload.split(';')[0], preload\n"

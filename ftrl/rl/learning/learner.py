@@ -86,7 +86,7 @@ class PPOLearner:
 
     def __init__(self, config: dict | AlgorithmConfig, space_spec: dict | SpaceSpec, seed: int | None = None,
                  set_torch_threads: bool = False, device: torch.device | str = "cpu"):
-        from ftrl.rl.sampling.env_runner import config_from_dict
+        from ftrl.config.registry import config_from_dict
 
         if set_torch_threads:
             torch.set_num_threads(1)

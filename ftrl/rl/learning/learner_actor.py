@@ -58,7 +58,7 @@ class LearnerActor:
                  incarnation: int | None = None, host: str | None = None,
                  learner_class: str = "ftrl.rl.learning.learner:PPOLearner"):
         from ftrl.client.context import get_runtime_context
-        from ftrl.rl.sampling.env_runner import config_from_dict
+        from ftrl.config.registry import config_from_dict
 
         ctx = get_runtime_context()
         self.name = name or (ctx.name if ctx is not None else "learner/0")

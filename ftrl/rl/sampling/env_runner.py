@@ -56,7 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from ftrl.config import AlgorithmConfig, config_class
+from ftrl.config import AlgorithmConfig
+from ftrl.config.registry import config_from_dict
 from ftrl.rl.models.policy import make_policy
 from ftrl.rl.sampling.filters import NoFilter, make_filter
 from ftrl.rl.sampling.sub_env import SubEnvError, make_sub_env, reset_error
@@ -89,14 +90,6 @@ def _native_step() -> Any:
 #: the vector step over in-process sub-envs in C, or None (see `_native_step`)
 _step_envs = _native_step()
 
-
-def config_from_dict(config: dict | AlgorithmConfig) -> AlgorithmConfig:
-    """An AlgorithmConfig from its `to_dict()` form (or itself)."""
-    if isinstance(config, AlgorithmConfig):
-        return config
-    data = dict(config)
-    cls = config_class(str(data.get("algo", "PPO")))
-    return cls.from_dict(data)
 
 
 class EnvRunner:

@@ -10,8 +10,9 @@ import pytest
 
 import ftrl
 from ftrl import config as config_mod
-from ftrl.cli.train import parse_overrides
+from ftrl.config import fields, sections
 from ftrl.config import ModelConfig, PPOConfig, StopCriteria, describe, fields_of, load_job
+from ftrl.config.jobs import parse_overrides
 from ftrl.wire.errors import ConfigError
 
 
@@ -259,16 +260,16 @@ def _wrong_type(tp_name):
 
 # a value of the right type that its field's check refuses, per kind of check
 _BAD_BY_CHECK = {
-    config_mod.positive_int: 0,
-    config_mod.non_negative_int: -1,
-    config_mod.positive_float: 0.0,
-    config_mod.non_negative_float: -1.0,
-    config_mod.unit_interval: 1.5,
-    config_mod.check_schedule: [[10, 0.1], [5, 0.0]],
-    config_mod._fragment_length: "short",
-    config_mod._seed: -1,
-    config_mod._eval_overrides: {"lr": 1.0},
-    config_mod._hidden_sizes: [],
+    fields.positive_int: 0,
+    fields.non_negative_int: -1,
+    fields.positive_float: 0.0,
+    fields.non_negative_float: -1.0,
+    fields.unit_interval: 1.5,
+    fields.check_schedule: [[10, 0.1], [5, 0.0]],
+    sections._fragment_length: "short",
+    sections._seed: -1,
+    sections._eval_overrides: {"lr": 1.0},
+    sections._hidden_sizes: [],
 }
 
 

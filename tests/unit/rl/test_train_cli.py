@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from ftrl.cli.train import Progress, add_train_arguments, build_job, parse_overrides, run_train
+from ftrl.cli.train import Progress, add_train_arguments, run_train
+from ftrl.config.jobs import build_job, parse_overrides
 
 
 def _args(*argv: str) -> argparse.Namespace:

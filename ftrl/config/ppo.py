@@ -1,0 +1,75 @@
+"""PPO's config: its training section and its builder, torch-free (the SDK, the client
+and the coordinator read configs without loading torch). The algorithm itself, and the
+math these keys drive, is ftrl/rl/algorithms/ppo.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ftrl.config.builder import AlgorithmConfig
+from ftrl.config.fields import (
+    check_schedule,
+    keys_of,
+    non_negative_float,
+    option,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
+from ftrl.config.sections import TrainingConfig
+from ftrl.wire.errors import ConfigError
+
+
+@dataclass
+class PPOTrainingConfig(TrainingConfig):
+    """PPO's hyperparameters, over the training base (lr, gamma, train_batch_size,
+    grad_clip, model)."""
+
+    lr_schedule: list | None = option(  # noqa: RUF009
+        None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",
+        check=check_schedule,
+    )
+    lambda_: float = option(0.95, "GAE lambda", check=unit_interval)
+    use_gae: bool = option(True, "generalized advantage estimation (else plain returns minus value)")
+    minibatch_size: int = option(128, "steps per SGD minibatch", check=positive_int)
+    num_epochs: int = option(10, "passes over each train batch", check=positive_int)
+    clip_param: float = option(0.2, "PPO policy ratio clip", check=positive_float)
+    clip_param_schedule: list | None = option(  # noqa: RUF009
+        None, "[[env_step, clip_param], ...] like lr_schedule (None: constant)", check=check_schedule
+    )
+    vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float)
+    vf_clip_param: float | None = option(
+        None, "clip of the value-function update (None: no clip)", check=positive_float
+    )
+    entropy_coeff: float = option(0.0, "weight of the entropy bonus", check=non_negative_float)
+    normalize_advantages: bool = option(True, "normalize advantages per minibatch")
+    adam_epsilon: float = option(1e-5, "Adam epsilon", check=positive_float)
+
+
+
+
+class PPOConfig(AlgorithmConfig):
+    """PPO config builder: `PPOConfig().environment("CartPole-v1").training(lr=1e-3).build()`."""
+
+    algo_name = "PPO"
+    training_cls = PPOTrainingConfig
+    algorithm_path = "ftrl.rl.algorithms.ppo:PPO"
+
+    @keys_of(PPOTrainingConfig)
+    def training(self, **kwargs: Any) -> PPOConfig:
+        """PPO hyperparameters. Schedules are RLlib-style [[env_step, value], ...] lists,
+        interpolated linearly and held after the last point."""
+        return self._set("training", kwargs)
+
+    def _validate_training(self) -> None:
+        t = self.training_cfg
+        if t.minibatch_size > t.train_batch_size:
+            raise ConfigError(
+                f"minibatch_size ({t.minibatch_size}) must not exceed train_batch_size "
+                f"({t.train_batch_size})"
+            )
+
+
+# --------------------------------------------------------------------------- helpers

@@ -1,0 +1,288 @@
+"""The config sections every algorithm shares (builder methods of the same name):
+environment, env_runners, fault_tolerance, evaluation, checkpointing, debugging,
+learners, reporting, and the base of every algorithm's `training` section
+(`TrainingConfig`: lr, gamma, train_batch_size, grad_clip, model). Imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+from ftrl.config.fields import (
+    non_negative_float,
+    non_negative_int,
+    one_of,
+    option,
+    positive_float,
+    positive_int,
+    suggest,
+    unit_interval,
+)
+from ftrl.wire.errors import ConfigError
+
+
+def _fragment_length(name: str, value: Any) -> None:
+    if isinstance(value, str):
+        if value != "auto":
+            raise ConfigError(f"{name} must be a positive int or 'auto', got {value!r}")
+    else:
+        positive_int(name, value)
+
+
+def _seed(name: str, value: int) -> None:
+    if not 0 <= value < 2**31:
+        raise ConfigError(f"{name} must be in [0, 2**31), got {value}")
+
+
+def _hidden_sizes(name: str, value: list) -> None:
+    if not value or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
+        raise ConfigError(f"{name} must be a non-empty list of positive ints, got {value!r}")
+
+
+_EVAL_OVERRIDE_KEYS = ("explore", "env_config")
+
+
+def _eval_overrides(name: str, value: Mapping[str, Any]) -> None:
+    for key in value:
+        if key not in _EVAL_OVERRIDE_KEYS:
+            raise ConfigError(
+                f"{name} supports only {list(_EVAL_OVERRIDE_KEYS)}; got {key!r}"
+                f"{suggest(key, list(_EVAL_OVERRIDE_KEYS))}"
+            )
+
+
+# --------------------------------------------------------------------------- one field
+
+
+@dataclass
+class EnvironmentConfig:
+    """What to run: a gymnasium id or an import path "pkg.mod:make_env"."""
+
+    env: str | None = option(
+        None, 'gymnasium id ("CartPole-v1") or import path "pkg.mod:make_env" called with env_config'
+    )
+    env_config: dict = option({}, "keyword arguments for gymnasium.make, or the dict given to make_env")  # noqa: RUF009
+
+
+@dataclass
+class EnvRunnersConfig:
+    """How samples are collected."""
+
+    num_env_runners: int = option(
+        0, "remote env-runner actors (0: the driver samples itself)", check=non_negative_int
+    )
+    num_envs_per_env_runner: int = option(
+        1, "sub-environments stepped together by each runner", check=positive_int
+    )
+    rollout_fragment_length: Union[int, str] = option(
+        "auto",
+        'steps per sub-env per sample() ("auto": the fragments of a round add up to train_batch_size)',
+        check=_fragment_length,
+    )
+    remote_worker_envs: bool = option(
+        False, "run each sub-env in its own child process (a crash or hang kills only that sub-env)"
+    )
+    observation_filter: str = option(
+        "NoFilter", "observation normalization: NoFilter or MeanStdFilter (running mean/std)",
+        check=one_of("NoFilter", "MeanStdFilter"),
+    )
+    sample_timeout_s: float = option(
+        60.0, "seconds a sampling round waits for the runners before going on without the late ones",
+        check=positive_float,
+    )
+    env_step_timeout_s: float = option(
+        60.0, "seconds without any env step while sampling (or building one sub-env) before a runner "
+        "actor is killed and restarted (a driver actor that samples itself: restarted, resumed)",
+        check=positive_float,
+    )
+    sample_busy_poll_s: float = option(
+        0.01, "seconds a runner busy-polls (yielding its CPU) for its next sample request before it sleeps, "
+        "while recent requests came that fast (0: never): spares waking an idle CPU each round, "
+        "costs at most this much CPU per round", check=non_negative_float,
+    )
+    env_runner_health_probe_timeout_s: float = option(
+        30.0, "seconds a health probe of a runner may take", check=positive_float
+    )
+    validate_env_runners_after_construction: bool = option(
+        True, "probe every runner once it is created and fail early if none works"
+    )
+    num_cpus_per_env_runner: float = option(
+        1.0, "CPU slots each runner takes on a worker", check=non_negative_float
+    )
+    explore: bool = option(True, "sample actions (True) or take the most likely action (False)")
+    inference_backend: str = option(
+        "numpy", "the runners' policy forward pass: numpy (light) or torch",
+        check=one_of("numpy", "torch"),
+    )
+    max_weights_lag: int = option(
+        0, "use fragments sampled with weights at most this many versions behind the learner (0: the current version only)",
+        check=non_negative_int,
+    )
+    weights_fanout: int = option(
+        4, "children per node of the tree that broadcasts weights to the runners", check=positive_int
+    )
+
+
+@dataclass
+class ModelConfig:
+    """The fully connected actor-critic network (the `model` dict of training())."""
+
+    fcnet_hiddens: list = option([64, 64], "hidden layer sizes", check=_hidden_sizes)  # noqa: RUF009
+    fcnet_activation: str = option(
+        "tanh", "hidden layer activation", check=one_of("tanh", "relu", "elu", "linear")
+    )
+    vf_share_layers: bool = option(False, "value head on the policy's hidden layers (else its own)")
+    free_log_std: bool = option(True, "continuous actions: a state-independent, learned log std")
+    init_log_std: float = option(0.0, "continuous actions: the initial log std")
+
+
+
+@dataclass
+class TrainingConfig:
+    """The training keys every algorithm has; an algorithm's own section extends it."""
+
+    lr: float = option(3e-4, "learning rate", check=positive_float)
+    gamma: float = option(0.99, "discount factor", check=unit_interval)
+    train_batch_size: int = option(4000, "env steps per training iteration, at least (every fragment a round asked for is used)", check=positive_int)
+    grad_clip: float | None = option(
+        0.5, "max global gradient norm (None: no clip)", check=positive_float
+    )
+    model: dict = option({}, "network keys, over the defaults of ModelConfig", schema=ModelConfig)  # noqa: RUF009
+
+
+@dataclass
+class FaultToleranceConfig:
+    """What happens when env runners or sub-environments fail (RLlib's names)."""
+
+    restart_failed_env_runners: bool = option(
+        True, "restart a failed runner and bring it back (exclusive with ignore_env_runner_failures)"
+    )
+    ignore_env_runner_failures: bool = option(
+        False, "drop a failed runner and train on with the rest"
+    )
+    max_num_env_runner_restarts: int = option(
+        1000, "restarts allowed per runner before it is dead", check=non_negative_int
+    )
+    num_consecutive_env_runner_failures_tolerance: int = option(
+        100, "failures in a row (no good sample between) before training fails", check=positive_int
+    )
+    restart_failed_sub_environments: bool = option(
+        False, "rebuild a failed sub-env inside its runner instead of failing the runner"
+    )
+    max_num_sub_env_restart_attempts: int = option(
+        5, "attempts to rebuild one failed sub-env", check=positive_int
+    )
+    env_runner_restore_timeout_s: float = option(
+        60.0, "seconds to wait for a restarted runner to come back", check=positive_float
+    )
+
+
+@dataclass
+class EvaluationConfig:
+    """Periodic evaluation on separate runners."""
+
+    evaluation_interval: int | None = option(
+        None, "evaluate every this many iterations (None: never)", check=positive_int
+    )
+    evaluation_num_env_runners: int = option(
+        0, "evaluation runners (0: evaluate in the driver)", check=non_negative_int
+    )
+    evaluation_duration: int = option(
+        10, "how much to evaluate, in evaluation_duration_unit", check=positive_int
+    )
+    evaluation_duration_unit: str = option(
+        "episodes", "unit of evaluation_duration: episodes or timesteps",
+        check=one_of("episodes", "timesteps"),
+    )
+    evaluation_sample_timeout_s: float = option(
+        120.0, "seconds an evaluation round waits for its runners", check=positive_float
+    )
+    evaluation_config: dict = option(  # noqa: RUF009
+        {}, "overrides while evaluating; only explore and env_config", check=_eval_overrides
+    )
+
+
+@dataclass
+class CheckpointingConfig:
+    """Checkpoints under OUTPUT/checkpoints/."""
+
+    checkpoint_interval: int = option(
+        10, "checkpoint every this many iterations (0: only at the end)", check=non_negative_int
+    )
+    keep_checkpoints: int = option(3, "newest checkpoints kept on disk", check=positive_int)
+    checkpoint_at_end: bool = option(True, "write a checkpoint when training stops")
+
+
+@dataclass
+class DebuggingConfig:
+    """Seeds and logging."""
+
+    seed: int | None = option(None, "seed for everything; runner I uses seed + I (None: random)", check=_seed)
+    log_level: str = option("WARN", "log level of the algorithm's processes")
+
+
+@dataclass
+class LearnersConfig:
+    """The learner mesh: 0 learns in the driver; M > 0 trains data-parallel on M learner
+    actors over torch.distributed (NCCL on GPUs, gloo on CPUs) that re-form on failure."""
+
+    num_learners: int = option(
+        0, "learner actors (0: learn in the driver process)", check=non_negative_int
+    )
+    n_init_learners: int | None = option(
+        None, "learners that must join before training starts (None: all)"
+    )
+    min_learners: int = option(
+        1, "training pauses while fewer learners are alive", check=positive_int
+    )
+    num_cpus_per_learner: float = option(
+        1.0, "CPU slots each learner takes on a worker", check=non_negative_float
+    )
+    num_gpus_per_learner: float = option(
+        0.0, "GPUs each learner takes", check=non_negative_float
+    )
+    learner_wait_timeout_s: float = option(
+        600.0, "seconds to wait below min_learners before failing", check=positive_float
+    )
+    learner_collective_timeout_s: float = option(
+        60.0, "a collective slower than this counts as a hang", check=positive_float
+    )
+    max_num_learner_restarts: int = option(
+        1000, "restarts allowed per learner", check=non_negative_int
+    )
+
+
+@dataclass
+class ReportingConfig:
+    """Metrics."""
+
+    metrics_num_episodes_for_smoothing: int = option(
+        100, "episodes in the episode_return_mean window", check=positive_int
+    )
+    min_sample_timesteps_per_iteration: int = option(
+        0, "repeat sampling and training until an iteration has this many env steps",
+        check=non_negative_int,
+    )
+
+
+def check_learner_gpus(lrn: LearnersConfig) -> None:
+    """ConfigError for learner GPU settings NCCL cannot run: a learner uses one GPU (cuda:0
+    of its own CUDA_VISIBLE_DEVICES), and two ranks of one mesh cannot share a GPU."""
+    gpus = lrn.num_gpus_per_learner
+    if not gpus:
+        return
+    if lrn.num_learners == 0:
+        raise ConfigError(
+            f"num_gpus_per_learner={gpus:g} needs learner actors: set num_learners >= 1 "
+            "(with num_learners=0 the driver learns, on its CPU)")
+    if gpus > 1:
+        raise ConfigError(
+            f"num_gpus_per_learner={gpus:g}: a learner uses one GPU; for more GPUs, "
+            "add learners (num_learners)")
+    if gpus < 1 and lrn.num_learners > 1:
+        raise ConfigError(
+            f"num_gpus_per_learner={gpus:g} with num_learners={lrn.num_learners}: learners "
+            "sharing a GPU cannot form an NCCL group; give each learner a whole GPU "
+            "(num_gpus_per_learner=1) or use one learner")
