@@ -1,310 +1,25 @@
-"""The `ftrl` program: one entry, one small function per subcommand."""
+"""The `ftrl` program: the parser and `main`. Each subcommand is one small function in
+ftrl.cli.services (coordinator, worker, node, systemd-units), ftrl.cli.jobs (status,
+submit, scale, stop, logs, train) or ftrl.cli.train (what `ftrl train` runs); the
+argparse types they share are in ftrl.cli.args."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
 import time
-from typing import Any
 
 from ftrl import __version__
+from ftrl.cli.args import add_security, add_verbose, count, non_negative_int, positive, resources
+from ftrl.cli.jobs import cmd_logs, cmd_scale, cmd_status, cmd_stop, cmd_submit, cmd_train
+from ftrl.cli.services import cmd_coordinator, cmd_node_readmit, cmd_systemd_units, cmd_worker
 from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
 log = logging.getLogger("ftrl.cli")
 
-
-def _add_security(p: argparse.ArgumentParser, server: bool = False) -> None:
-    g = p.add_argument_group("security")
-    g.add_argument("--token-file", help="file holding the cluster token (or set FTRL_TOKEN)")
-    g.add_argument("--tls-cert", help="PEM certificate of this process (TLS)")
-    g.add_argument("--tls-key", help="PEM private key of this process (TLS)")
-    g.add_argument("--tls-ca", help="PEM CA of peers (servers: require client certs = mTLS)")
-    g.add_argument("--tls-server-name", help="name to verify in the server certificate")
-    if server:
-        g.add_argument("--insecure", action="store_true",
-                       help="allow listening on a non-loopback address without a token")
-        g.add_argument("--tls-no-client-auth", action="store_true",
-                       help="TLS without client certificates: --tls-ca only verifies servers")
-
-
-def _add_verbose(p: argparse.ArgumentParser) -> None:
-    """`-v` after the subcommand too (`ftrl worker -v`), same as `ftrl -v worker`."""
-    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                   help="log at DEBUG")
-
-
-def _security(args: argparse.Namespace):
-    from ftrl.wire.security import security_from_args
-
-    return security_from_args(args)
-
-
-def positive(kind):
-    """An argparse type: a `kind` number > 0."""
-
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"  # argparse: "invalid positive int value: 'x'"
-    return parse
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse type: an int >= 0 (argparse: "invalid non_negative_int value: 'x'")."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _resources(text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in filter(None, text.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"resource {item!r} is not KEY=AMOUNT")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"resource amount {value!r} is not a number") from None
-    return out
-
-
-# ---------------------------------------------------------------- subcommands
-
-
-def cmd_coordinator(args: argparse.Namespace) -> int:
-    from ftrl.coordinator.main import CoordinatorOptions, serve
-    from ftrl.util.runtime import run_async
-
-    opts = CoordinatorOptions(
-        host=args.host, port=args.port, state_dir=args.state_dir,
-        heartbeat_interval_s=args.heartbeat_interval, heartbeat_timeout_s=args.heartbeat_timeout,
-        max_node_failures=args.max_node_failures, port_file=args.port_file,
-        create_rate=args.create_rate, create_burst=args.create_burst, recover=args.recover,
-        node_failure_window_s=args.node_failure_window,
-        job_unhealthy_timeout_s=args.job_unhealthy_timeout,
-        http_port=args.http_port, http_host=args.http_host, http_port_file=args.http_port_file,
-        http_public_metrics=args.http_public_metrics,
-    )
-    if not 0 < opts.heartbeat_interval_s < opts.heartbeat_timeout_s:
-        raise ConfigError("--heartbeat-interval must be smaller than --heartbeat-timeout")
-    run_async(serve(opts, _security(args)))
-    return 0
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from ftrl.util.runtime import run_async
-    from ftrl.worker.agent import WorkerOptions
-    from ftrl.worker.main import serve
-
-    opts = WorkerOptions(
-        coordinator=args.coordinator, node_id=args.node_id, slots=args.slots or 0,
-        gpus=args.gpus, resources=args.resources or {}, address=args.address,
-        actor_hang_timeout_s=args.actor_hang_timeout, actor_start_timeout_s=args.actor_start_timeout,
-        spares=args.spares, preload=args.preload, log_dir=args.log_dir, log_level=args.log_level,
-        drain_timeout_s=args.drain_timeout, connect_timeout_s=args.connect_timeout,
-        log_max_bytes=args.log_max_bytes, log_backups=args.log_backups,
-    )
-    run_async(serve(opts, _security(args)))
-    return 0
-
-
-def _table(rows: list[list[Any]], header: list[str]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
-
-
-def _client(args: argparse.Namespace):
-    from ftrl.client.client import Client
-
-    return Client(args.coordinator, security=_security(args))
-
-
-def _ago(since: float) -> str:
-    return f"{max(0.0, time.time() - since):.0f}s" if since else "-"
-
-
-def _job_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
-    rows = []
-    for j in jobs:
-        ret = j["metrics"].get("episode_return_mean")
-        rows.append([j["job_id"], j["stage"], _ago(j["stage_since"]), j["iteration"], f"{j['env_steps_sampled']:,}",
-                     "-" if ret is None else f"{ret:.1f}", j["num_env_runners"], j["num_learners"],
-                     (j["reason"].splitlines() or [""])[0][:60]])
-    return rows
-
-
-_JOB_HEADER = ["JOB", "STAGE", "FOR", "ITER", "ENV STEPS", "RETURN", "RUNNERS", "LEARNERS", "REASON"]
-
-
-def _cluster_jobs(client) -> list[dict[str, Any]]:
-    """The coordinator's jobs ([] from a coordinator without the jobs API)."""
-    from ftrl.wire.errors import MethodNotFoundError
-
-    try:
-        return client.jobs()
-    except MethodNotFoundError:
-        return []
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    if args.job:
-        return _job_status(args)
-    with _client(args) as client:
-        info = client.cluster_info()
-        nodes = client.nodes()
-        actors = client.actors(args.prefix or "")
-        meshes = [m for m in client.meshes() if m["group"].startswith(args.prefix or "")]
-        jobs = _cluster_jobs(client)
-    if args.json:
-        print(json.dumps({"cluster": info, "nodes": nodes, "actors": actors, "learner_groups": meshes,
-                          "jobs": jobs}, indent=2, default=str))
-        return 0
-    alive = sum(1 for n in nodes if n["state"] == "ALIVE")
-    print(f"coordinator {client.address} ({info['coordinator_id']}, ftrl {info['version']}, "
-          f"up {info['uptime_s']:.0f}s): {alive}/{len(nodes)} nodes alive, {len(actors)} actors")
-    print()
-    print(_table(
-        [[n["node_id"], n["state"], n["address"], f"{n['available'].get('cpu', 0):g}/{n['resources'].get('cpu', 0):g}",
-          len(n["actors"]), n["failures"], f"{n['last_heartbeat_age_s']:.1f}s"] for n in nodes],
-        ["NODE", "STATE", "ADDRESS", "CPU FREE", "ACTORS", "FAILURES", "HEARTBEAT"],
-    ) if nodes else "no nodes")
-    print()
-    print(_table(
-        [[a["name"], a["state"], a["node_id"] or "-", a["pid"] or "-", a["incarnation"], a["restarts"],
-          a["class_path"], (a["death_reason"].splitlines() or [""])[0][:60]] for a in actors],
-        ["ACTOR", "STATE", "NODE", "PID", "INC", "RESTARTS", "CLASS", "DEATH REASON"],
-    ) if actors else "no actors")
-    if meshes:
-        print()
-        print(_table(
-            [[m["group"], m["epoch"], len(m["members"]),
-              " ".join(f"{x['rank']}:{x['name'].rsplit('/', 1)[-1]}@{x['incarnation']}" for x in m["members"]) or "-",
-              len(m["waiting"]), (m["reason"] or "")[:60]] for m in meshes],
-            ["LEARNER GROUP", "EPOCH", "MEMBERS", "RANKS", "WAITING", "LAST CHANGE"],
-        ))
-    print()
-    print(_table(_job_rows(jobs), _JOB_HEADER) if jobs else "no jobs")
-    return 0
-
-
-def _job_status(args: argparse.Namespace) -> int:
-    """`ftrl status JOB`: one job's record."""
-    with _client(args) as client:
-        job = client.job_status(args.job)
-    if args.json:
-        print(json.dumps(job, indent=2, default=str))
-        return 0
-    from ftrl.client.jobs import FINAL_STAGES
-
-    m = job["metrics"]
-    ret = m.get("episode_return_mean")
-    stopping = job["stop_requested"] and job["stage"] not in FINAL_STAGES
-    lines = [
-        ("job", job["job_id"]),
-        ("stage", f"{job['stage']} for {_ago(job['stage_since'])}" + (" (stop requested)" if stopping else "")),
-        ("reason", job["reason"] or "-"),
-        ("iteration", job["iteration"]),
-        ("env steps", f"{job['env_steps_sampled']:,}"),
-        ("return", "-" if ret is None else f"{ret:.1f}"),
-        ("env runners", f"{m.get('num_healthy_env_runners', '-')} healthy, {job['num_env_runners']} wanted"),
-        ("learners", job["num_learners"]),
-        ("driver", f"incarnation {job['driver_incarnation']}" if job["driver_incarnation"] else "-"),
-        ("last checkpoint", job["last_checkpoint"] or "-"),
-        ("output", job["output_dir"] or "-"),
-        ("actors", " ".join(job["actors"]) or "-"),
-    ]
-    width = max(len(k) for k, _ in lines)
-    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
-    return 0
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    from ftrl.config.jobs import build_job
-
-    job = build_job(args)  # ConfigError (exit 2) before any call
-    with _client(args) as client:
-        job_id = client.submit(job, job_id=args.job_name, output_dir=args.output, resume=args.resume)
-    print(job_id)
-    return 0
-
-
-def cmd_scale(args: argparse.Namespace) -> int:
-    if args.env_runners is None and args.learners is None:
-        print("ftrl scale: error: give at least one of --env-runners, --learners", file=sys.stderr)
-        return 2
-    with _client(args) as client:
-        job = client.scale(args.job, env_runners=args.env_runners, learners=args.learners)
-    print(f"job {job['job_id']} ({job['stage']}): {job['num_env_runners']} env runners, "
-          f"{job['num_learners']} learners wanted")
-    return 0
-
-
-def cmd_stop(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        job = client.stop(args.job, wait=args.wait, timeout=args.timeout)
-    if args.json:
-        print(json.dumps(job, indent=2, default=str))
-    else:
-        from ftrl.client.jobs import FINAL_STAGES
-
-        note = job["reason"] if job["stage"] in FINAL_STAGES else "stopping after its current iteration"
-        print(f"job {job['job_id']}: {job['stage']}" + (f" ({note})" if note else ""))
-    return 0
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    """`ftrl logs ACTOR|JOB [-f]`: print (and follow) actor logs from their workers."""
-    with _client(args) as client:
-        lines = client.logs(args.target, tail=args.lines, follow=args.follow)
-        prefix = None
-        for name, line in lines:
-            if prefix is None:
-                prefix = name != args.target  # a job: say whose line it is
-            print(f"[{name}] {line}" if prefix else line, flush=args.follow)
-    return 0
-
-
-def cmd_node_readmit(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        node = client.readmit_node(args.node)
-    print(f"node {node['node_id']}: {node['state']}")
-    return 0
-
-
-def cmd_systemd_units(args: argparse.Namespace) -> int:
-    from ftrl.launch.systemd import describe, install_units, options_from_args
-
-    result = install_units(options_from_args(args), args.output, args.node_id, args.units_only)
-    print(describe(result, args.user))
-    return 0
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from ftrl.cli.train import run_train
-
-    return run_train(args)
-
-
-def _count(text: str) -> int:
-    from ftrl.client.jobs import MAX_SCALE
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if not 0 <= value <= MAX_SCALE:
-        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SCALE}, got {text}")
-    return value
 
 
 # ---------------------------------------------------------------- parser
@@ -320,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator_default = os.environ.get("FTRL_COORDINATOR", "127.0.0.1:6380")
 
     p = sub.add_parser("coordinator", help="run the control plane")
-    _add_verbose(p)
+    add_verbose(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=6380, help="port (0 = any free port)")
     p.add_argument("--state-dir", help="directory for durable state (SQLite, WAL): nodes, actors, "
@@ -349,17 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CreateActor calls per second allowed per peer host (default 200)")
     p.add_argument("--create-burst", type=positive(float), default=2000.0, metavar="N",
                    help="CreateActor calls a peer host may make at once (default 2000)")
-    _add_security(p, server=True)
+    add_security(p, server=True)
     p.set_defaults(fn=cmd_coordinator)
 
     p = sub.add_parser("worker", help="run a node agent that hosts actors")
-    _add_verbose(p)
+    add_verbose(p)
     p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
     p.add_argument("--slots", type=positive(int), help="CPU slots offered (default: CPU count)")
     p.add_argument("--gpus", type=non_negative_int, default=0,
                    help="GPUs offered; actors get their own CUDA_VISIBLE_DEVICES (taken from "
                    "this worker's CUDA_VISIBLE_DEVICES when it has one)")
-    p.add_argument("--resources", type=_resources, help="custom resources, e.g. sim=4,tpu=1")
+    p.add_argument("--resources", type=resources, help="custom resources, e.g. sim=4,tpu=1")
     p.add_argument("--node-id", help="unique node id (default HOSTNAME-PID)")
     p.add_argument("--address", help="address this node's actors listen on and advertise")
     p.add_argument("--actor-hang-timeout", type=positive(float), default=10.0, metavar="S",
@@ -380,14 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect-timeout", type=positive(float), default=120.0, metavar="S",
                    help="exit (status 1) when the coordinator cannot be joined for S seconds at "
                    "start (default 120); once joined, a lost coordinator is retried for ever")
-    _add_security(p, server=True)
+    add_security(p, server=True)
     p.set_defaults(fn=cmd_worker)
 
     def client_command(name: str, help_text: str, fn, parent=sub) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_text, description=help_text)
-        _add_verbose(p)
+        add_verbose(p)
         p.add_argument("--coordinator", default=coordinator_default, metavar="HOST:PORT")
-        _add_security(p)
+        add_security(p)
         p.set_defaults(fn=fn)
         return p
 
@@ -397,14 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", help="only actors whose name starts with this")
 
     p = sub.add_parser("train", help="train an RL algorithm (embedded local cluster by default)")
-    _add_verbose(p)
+    add_verbose(p)
     try:
         from ftrl.cli.train import add_train_arguments
     except ImportError:  # pragma: no cover
         add_train_arguments = None
     if add_train_arguments is not None:
         add_train_arguments(p)
-    _add_security(p)
+    add_security(p)
     p.set_defaults(fn=cmd_train)
 
     p = client_command("submit", "submit a job file to a running cluster; prints the job id", cmd_submit)
@@ -417,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = client_command("scale", "ask a job for a number of env runners and/or learners", cmd_scale)
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--env-runners", type=_count, metavar="N")
-    p.add_argument("--learners", type=_count, metavar="M")
+    p.add_argument("--env-runners", type=count, metavar="N")
+    p.add_argument("--learners", type=count, metavar="M")
 
     p = client_command("stop", "stop a job after its current iteration (final checkpoint)", cmd_stop)
     p.add_argument("job", metavar="JOB")

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ftrl.cli import non_negative_int, positive
+from ftrl.cli.args import non_negative_int, positive
 from ftrl.config import AlgorithmConfig, JobSpec
 from ftrl.config.jobs import build_job
 from ftrl.util.run_dir import DRIVER_STATE_FILE, has_saved_state

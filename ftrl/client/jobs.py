@@ -2,7 +2,7 @@
 arguments of the jobs API, and the stage names.
 
 A job dict is what `SubmitJobRequest.config` carries (msgpack) and what the driver
-(`ftrl.rl.driver:AlgorithmDriver`) takes: `config.to_dict()` (flat keys plus `algo`)
+(`ftrl.rl.driver.actor:AlgorithmDriver`) takes: `config.to_dict()` (flat keys plus `algo`)
 and a `stop` table. This module imports no torch; `ftrl.config` loads lazily.
 """
 

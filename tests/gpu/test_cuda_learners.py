@@ -22,10 +22,10 @@ import torch
 import torch.distributed as dist
 
 from ftrl.config import PPOConfig
-from ftrl.rl.learning.learner import PPOLearner
+from ftrl.rl.algorithms.ppo import PPOLearner
 from ftrl.rl.learning.mesh import EpochMesh, MeshChanged
 from ftrl.rl.sampling.env_runner import EnvRunner
-from tests.integration.conftest import cluster_env, new_cluster
+from tests.cluster import cluster_env, new_cluster
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
               pytest.mark.timeout(300)]

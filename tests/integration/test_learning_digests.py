@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from ftrl.rl.learning.learner import PPOLearner
+from ftrl.rl.algorithms.ppo import PPOLearner
 from ftrl.rl.learning.learner_group import LearnerGroup
 from ftrl.rl.spaces import SpaceSpec
-from tests.fixtures.digest_inputs import CASES, N_UPDATES, SEEDS, config_for, fragments_for, one_torch_thread
-from tests.integration.conftest import new_cluster
+from tests.cluster import new_cluster
+from tests.fixtures.digest_inputs import (
+    CASES,
+    N_UPDATES,
+    SEEDS,
+    config_for,
+    fragments_for,
+    one_torch_thread,
+)
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "ppo_digests.json").read_text())
 
@@ -35,7 +42,8 @@ def test_two_learners_over_gloo_give_the_recorded_digests():
         try:
             for seed in SEEDS:
                 group = LearnerGroup(client, config_for("cartpole", seed, num_learners=2),
-                                     job_name=f"digests{seed}", space_spec=CASES["cartpole"])
+                                     job_name=f"digests{seed}", space_spec=CASES["cartpole"],
+                                     learner_class="ftrl.rl.algorithms.ppo:PPOLearner")
                 group.start()
                 try:
                     for update in range(N_UPDATES):

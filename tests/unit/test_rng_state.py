@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-from ftrl.util import rng_state
+from ftrl.rl import rng_state
 from ftrl.wire import codec
 
 

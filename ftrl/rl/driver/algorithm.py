@@ -10,8 +10,8 @@ Subclasses (ftrl.rl.algorithms.ppo) implement `setup_learner()` and
 window and counters, evaluation, the result dict and metrics.jsonl, periodic
 checkpoints. Two neighbours hold the remainder, behind methods that delegate to them:
 
-- ftrl.rl.driver.run_loop: `run()`/`finish()`, training to a stop criterion, Ctrl-C/SIGTERM,
-  the final checkpoint and result.json.
+- ftrl.rl.driver.run_loop: `run()`, training a `Trainable` (this class) to a stop
+  criterion, Ctrl-C/SIGTERM; `finish()` here writes the final checkpoint and result.json.
 - ftrl.rl.driver.state: `get_state()`/`set_state()`/`save_checkpoint()`, resume from the
   newest state that exists, and `check_resume_compatible`.
 
@@ -60,7 +60,8 @@ from ftrl.rl.sampling.env_runner import EnvRunner
 from ftrl.rl.sampling.filters import make_filter
 from ftrl.rl.sampling.runner_group import EnvRunnerGroup
 from ftrl.rl.spaces import SpaceSpec, space_spec
-from ftrl.wire.errors import ConfigError
+from ftrl.util.files import atomic_write_json
+from ftrl.wire.errors import ConfigError, FtrlError
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +108,10 @@ class Algorithm:
         self.iteration = 0
         self.env_steps_sampled = 0
         self.env_steps_trained = 0
-        self._time_base = 0.0
+        self.time_base = 0.0
         self._iter: dict[str, Any] = {}
         self._last_eval: dict[str, Any] | None = None
-        self._last_checkpoint_iter = -1
+        self.last_checkpoint_iteration = -1
         # output
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.checkpoints: CheckpointManager | None = None
@@ -125,9 +126,9 @@ class Algorithm:
             self.state_writer = StateWriter(self.output_dir, self.metrics_log, on_durable=self._row_durable)
         self.restored_from: Path | None = None
         self.last_checkpoint: Path | None = None  # written by this run (save_checkpoint)
-        self._saved_runner_counters: dict[str, Any] = {}
-        self._saved_actors: dict[str, Any] = {}  # incarnations in the resumed state, by group
-        self._filter_version = -1  # the weights version the resumed state's filter was synced with
+        self.saved_runner_counters: dict[str, Any] = {}
+        self.saved_actors: dict[str, Any] = {}  # incarnations in the resumed state, by group
+        self.filter_version = -1  # the weights version the resumed state's filter was synced with
         self._persisted_learner_version = -1  # of the last learner state handed to the writer
         self.last_row: dict[str, Any] | None = None  # the metrics row of the newest iteration
         self.rows_to_report: list[dict[str, Any]] = []  # written by the resume, not reported yet
@@ -222,7 +223,7 @@ class Algorithm:
             self.local_runner = EnvRunner(cfg, worker_index=0, space_spec=spec, set_torch_threads=False)
         else:
             self.env_runner_group = EnvRunnerGroup(self.client, cfg, job_name=self.job_name, space_spec=spec)
-            self.env_runner_group.start(self._saved_actors.get("env_runners"))
+            self.env_runner_group.start(self.saved_actors.get("env_runners"))
         if cfg.evaluation_cfg.evaluation_interval is not None:
             if cfg.evaluation_cfg.evaluation_num_env_runners == 0:
                 self.eval_local_runner = EnvRunner(cfg, worker_index=0, evaluation=True, space_spec=spec, set_torch_threads=False)
@@ -230,7 +231,7 @@ class Algorithm:
                 self.eval_runner_group = EnvRunnerGroup(
                     self.client, cfg, job_name=self.job_name, space_spec=spec, evaluation=True
                 )
-                self.eval_runner_group.start(self._saved_actors.get("eval_runners"))
+                self.eval_runner_group.start(self.saved_actors.get("eval_runners"))
 
     # ------------------------------------------------------------------ the loop
 
@@ -320,7 +321,7 @@ class Algorithm:
     @property
     def time_s(self) -> float:
         """Training wall time, continued across resumes (setup excluded)."""
-        return self._time_base + (time.monotonic() - getattr(self, "_t_start", time.monotonic()))
+        return self.time_base + (time.monotonic() - getattr(self, "_t_start", time.monotonic()))
 
     def learner_stats(self) -> dict[str, Any]:
         """The learner mesh: live members of the epoch that ran the last update, its
@@ -534,6 +535,14 @@ class Algorithm:
         """
         return run_loop.run(self, stop, on_result, stop_event)
 
+    def progress(self) -> dict[str, Any]:
+        """What the stop criteria see before the first iteration (e.g. after a resume)."""
+        return {
+            "iteration": self.iteration,
+            "env_steps_sampled": self.env_steps_sampled,
+            "episode_return_mean": self.episodes.stats()["episode_return_mean"],
+        }
+
     def finish(
         self,
         reason: str,
@@ -542,9 +551,41 @@ class Algorithm:
         final_checkpoint: bool = True,
         note: str = "",
     ) -> dict[str, Any]:
-        """Final checkpoint (unless the run failed or was aborted) and result.json
-        (`note`: why a run that did not fail ended early)."""
-        return run_loop.finish(self, reason, result, error, final_checkpoint, note)
+        """Final checkpoint (unless the run failed or was aborted, or this iteration has one)
+        and output_dir/result.json (not for "drained": the job goes on elsewhere); returns
+        the summary written there. `note` (why a run that did not fail ended early) goes in
+        its "error" field."""
+        self.flush_state()  # every finished iteration's row before result.json
+        path = None
+        if (
+            error is None
+            and final_checkpoint
+            and self.checkpoints is not None
+            and (self.config.checkpointing_cfg.checkpoint_at_end or reason == "drained")
+            and self.iteration > 0
+            and self.last_checkpoint_iteration != self.iteration
+        ):
+            try:
+                path = self.save_checkpoint()
+            except FtrlError as e:  # e.g. no learner left to ask for its state
+                log.error("final checkpoint failed: %s", e)
+                path = self.checkpoints.list()[-1][1] if self.checkpoints.list() else None
+        elif self.checkpoints is not None and self.checkpoints.list():
+            path = self.checkpoints.list()[-1][1]
+        summary = {
+            "stop_reason": reason,
+            "iteration": self.iteration,
+            "env_steps_sampled": self.env_steps_sampled,
+            "episode_return_mean": self.episodes.stats()["episode_return_mean"],
+            "time_s": self.time_s,
+            "checkpoint": str(path) if path else None,
+            "restored_from": str(self.restored_from) if self.restored_from else None,
+            "result": result,
+            "error": f"{type(error).__name__}: {error}" if error is not None else (note or None),
+        }
+        if self.output_dir is not None and reason != "drained":
+            atomic_write_json(self.output_dir / "result.json", json_safe(summary))
+        return summary
 
     def stop(self, kill_actors: bool = True) -> None:
         """Stop runners and learners (killing remote ones unless `kill_actors` is False:

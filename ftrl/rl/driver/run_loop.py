@@ -30,18 +30,28 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ftrl.rl.driver.metrics import json_safe
 from ftrl.rl.learning.learner_group import LearnerWaitTimeout
-from ftrl.util.files import atomic_write_json
-from ftrl.wire.errors import FtrlError
 
 if TYPE_CHECKING:
     from ftrl.config import StopCriteria
-    from ftrl.rl.driver.algorithm import Algorithm
 
 log = logging.getLogger(__name__)
+
+
+class Trainable(Protocol):
+    """What `run` drives: an Algorithm, or anything that trains in iterations."""
+
+    def train(self) -> dict[str, Any]:
+        """One iteration; its result dict (what the stop criteria read)."""
+
+    def progress(self) -> dict[str, Any]:
+        """What the stop criteria see before the first iteration (e.g. after a resume)."""
+
+    def finish(self, reason: str, result: dict[str, Any] | None, error: BaseException | None = None,
+               final_checkpoint: bool = True, note: str = "") -> dict[str, Any]:
+        """End the run (final checkpoint, summary); returns the summary."""
 
 
 class StopRequest(threading.Event):
@@ -68,7 +78,7 @@ def _requested(stop_event: threading.Event | None) -> str | None:
 
 
 def run(
-    algo: Algorithm,
+    algo: Trainable,
     stop: StopCriteria,
     on_result: Callable[[dict[str, Any]], Any] | None = None,
     stop_event: threading.Event | None = None,
@@ -77,7 +87,7 @@ def run(
     Returns {"stop_reason", "result", "checkpoint", ...} (see `finish`). `on_result` is
     called with every iteration's result dict."""
     result: dict[str, Any] | None = None
-    reason = stop.met(progress(algo)) or _requested(stop_event)
+    reason = stop.met(algo.progress()) or _requested(stop_event)
     error: BaseException | None = None
     aborted = False
     note = ""
@@ -102,60 +112,6 @@ def run(
     summary = algo.finish(reason, result, error, final_checkpoint=not aborted, note=note)
     if error is not None:
         raise error
-    return summary
-
-
-def progress(algo: Algorithm) -> dict[str, Any]:
-    """What the stop criteria see before the first iteration (e.g. after a resume)."""
-    return {
-        "iteration": algo.iteration,
-        "env_steps_sampled": algo.env_steps_sampled,
-        "episode_return_mean": algo.episodes.stats()["episode_return_mean"],
-    }
-
-
-def finish(
-    algo: Algorithm,
-    reason: str,
-    result: dict[str, Any] | None,
-    error: BaseException | None = None,
-    final_checkpoint: bool = True,
-    note: str = "",
-) -> dict[str, Any]:
-    """Final checkpoint (unless the run failed or was aborted, or this iteration has one)
-    and output_dir/result.json (not for "drained": the job goes on elsewhere); returns
-    the summary written there. `note` (why a run that did not fail ended early) goes in
-    its "error" field."""
-    algo.flush_state()  # every finished iteration's row before result.json
-    path = None
-    if (
-        error is None
-        and final_checkpoint
-        and algo.checkpoints is not None
-        and (algo.config.checkpointing_cfg.checkpoint_at_end or reason == "drained")
-        and algo.iteration > 0
-        and algo._last_checkpoint_iter != algo.iteration
-    ):
-        try:
-            path = algo.save_checkpoint()
-        except FtrlError as e:  # e.g. no learner left to ask for its state
-            log.error("final checkpoint failed: %s", e)
-            path = algo.checkpoints.list()[-1][1] if algo.checkpoints.list() else None
-    elif algo.checkpoints is not None and algo.checkpoints.list():
-        path = algo.checkpoints.list()[-1][1]
-    summary = {
-        "stop_reason": reason,
-        "iteration": algo.iteration,
-        "env_steps_sampled": algo.env_steps_sampled,
-        "episode_return_mean": algo.episodes.stats()["episode_return_mean"],
-        "time_s": algo.time_s,
-        "checkpoint": str(path) if path else None,
-        "restored_from": str(algo.restored_from) if algo.restored_from else None,
-        "result": result,
-        "error": f"{type(error).__name__}: {error}" if error is not None else (note or None),
-    }
-    if algo.output_dir is not None and reason != "drained":
-        atomic_write_json(algo.output_dir / "result.json", json_safe(summary))
     return summary
 
 

@@ -9,7 +9,7 @@ newest state that still exists, and when a run may continue from a state at all.
 The **driver state** of an iteration holds the counters (iteration, env steps, training
 time, the runners' and learners' failure counters), the config and space spec, the
 observation filter, the episode window, the global RNG states (python, numpy, torch;
-`ftrl.util.rng_state`), the incarnation of every runner and learner the driver knew, the
+`ftrl.rl.rng_state`), the incarnation of every runner and learner the driver knew, the
 learner's weights version, and the iteration's metrics row. `ftrl.rl.driver.state_writer`
 writes it after every iteration (output_dir/driver_state.ftrl), and the learner's own
 state beside it (learner_state.ftrl). A checkpoint is the same driver state with the
@@ -54,7 +54,7 @@ from ftrl.config.registry import config_from_dict
 from ftrl.rl.driver.checkpoint import CheckpointManager
 from ftrl.rl.driver.state_writer import load_state_file
 from ftrl.rl.spaces import SpaceSpec
-from ftrl.util.rng_state import global_rng_from_wire, global_rng_to_wire
+from ftrl.rl.rng_state import global_rng_from_wire, global_rng_to_wire
 from ftrl.util.run_dir import CHECKPOINT_DIR, DRIVER_STATE_FILE, LEARNER_STATE_FILE
 from ftrl.wire.errors import ConfigError
 
@@ -122,15 +122,15 @@ def _set_driver_state(algo: Algorithm, state: dict[str, Any]) -> None:
     algo.iteration = int(state["iteration"])
     algo.env_steps_sampled = int(state["env_steps_sampled"])
     algo.env_steps_trained = int(state.get("env_steps_trained", 0))
-    algo._time_base = float(state.get("time_s", 0.0))
-    algo._saved_runner_counters = state.get("runner_counters") or {}
-    algo._saved_actors = state.get("actors") or {}
+    algo.time_base = float(state.get("time_s", 0.0))
+    algo.saved_runner_counters = state.get("runner_counters") or {}
+    algo.saved_actors = state.get("actors") or {}
     group = algo.learner_group
     if group is not None:
         group.set_counters(state.get("learner_counters") or {})
-        group.remember_previous(algo._saved_actors.get("learners") or [])
+        group.remember_previous(algo.saved_actors.get("learners") or [])
     global_rng_from_wire(state.get("rng") or {})
-    algo._last_checkpoint_iter = algo.iteration
+    algo.last_checkpoint_iteration = algo.iteration
 
 
 def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any]) -> None:
@@ -163,7 +163,7 @@ def save_checkpoint(algo: Algorithm) -> Path:
     if algo.checkpoints is None:
         raise ConfigError("no output_dir: nowhere to write checkpoints")
     path = algo.checkpoints.save(algo.iteration, algo.get_state())
-    algo._last_checkpoint_iter = algo.iteration
+    algo.last_checkpoint_iteration = algo.iteration
     log.debug("checkpoint %s", path)
     return path
 
@@ -205,7 +205,7 @@ def resume(algo: Algorithm, known_row: dict[str, Any] | None = None) -> None:
         _set_driver_state(algo, state)
         # a driver state names the learner's version; a checkpoint holds the learner itself
         wanted = int(state["learner_version"]) if "learner_version" in state else int(state["learner"]["version"])
-        algo._filter_version = wanted  # the filter restored is the one synced with these weights
+        algo.filter_version = wanted  # the filter restored is the one synced with these weights
         row = state.get("row")
         last = algo.metrics_log.last()
         if row and (last is None or last["iteration"] < algo.iteration):
@@ -262,15 +262,15 @@ def _counters_from_row(algo: Algorithm, row: dict[str, Any]) -> None:
     algo.iteration = int(row["iteration"])
     algo.env_steps_sampled = int(row.get("env_steps_sampled") or algo.env_steps_sampled)
     algo.env_steps_trained = int(row.get("env_steps_trained") or algo.env_steps_trained)
-    algo._time_base = max(algo._time_base, float(row.get("time_s") or 0.0))
+    algo.time_base = max(algo.time_base, float(row.get("time_s") or 0.0))
     algo.episodes.episodes_total = max(algo.episodes.episodes_total, int(row.get("episodes_total") or 0))
     counters = {k: int(row[k]) for k in _ROW_RUNNER_COUNTERS if isinstance(row.get(k), int)}
-    algo._saved_runner_counters = {**algo._saved_runner_counters, "env_runners": counters}
-    algo._saved_actors = {}  # its incarnations are not known: nothing to reconcile against
+    algo.saved_runner_counters = {**algo.saved_runner_counters, "env_runners": counters}
+    algo.saved_actors = {}  # its incarnations are not known: nothing to reconcile against
     group = algo.learner_group
     if group is not None:
         group.set_counters(group.counters_from_row(row))
-    algo._last_checkpoint_iter = -1
+    algo.last_checkpoint_iteration = -1
 
 
 # --------------------------------------------------------------------------- runners and learners
@@ -304,7 +304,7 @@ def restore_runner_counters(algo: Algorithm) -> None:
     """Failure counters continue across a resume (they never go backwards). Called once
     the runners exist (their `start` counted the ones that restarted meanwhile), with
     what `set_state` kept aside."""
-    saved = algo._saved_runner_counters
+    saved = algo.saved_runner_counters
     for key, group in (("env_runners", algo.env_runner_group), ("eval_runners", algo.eval_runner_group)):
         if group is not None and key in saved:
             group.set_counters(saved[key])
@@ -319,7 +319,7 @@ def adopt_runner_filter(algo: Algorithm) -> None:
     if group is None or algo.restored_from is None or algo.filter.kind == "NoFilter":
         return
     newest = group.newest_synced_filter()
-    if newest is None or newest[0] <= algo._filter_version:
+    if newest is None or newest[0] <= algo.filter_version:
         return
     try:
         algo.filter.set_state(newest[1])
@@ -327,4 +327,4 @@ def adopt_runner_filter(algo: Algorithm) -> None:
         log.warning("ignoring the runners' observation filter: %s", e)
         return
     log.info("observation filter taken from a runner synced at version %d (the state's is of version %d)",
-             newest[0], algo._filter_version)
+             newest[0], algo.filter_version)

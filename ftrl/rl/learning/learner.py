@@ -1,24 +1,34 @@
-"""PPO learner: GAE, clipped surrogate, (optionally clipped) value loss, entropy bonus,
-minibatch epochs, gradient clipping. Torch on CPU.
+"""Learner: what every algorithm's learner shares, knowing nothing of any algorithm.
 
-Usable in-process (the Algorithm's own learner) or as an actor
-("ftrl.rl.learning.learner:PPOLearner", kwargs {"config": config.to_dict(), "space_spec": ...}):
-every argument and result is msgpack + numpy. Weights travel as a versioned flat
-float32 vector: `get_weights() -> (version, flat)`; the version goes up by one per
-`update()`.
+An algorithm's learner (`PPOLearner` in ftrl/rl/algorithms/ppo.py) subclasses it and
+writes `update()`: its loss and its minibatch loop. The base owns the rest:
 
-Data-parallel (ftrl/rl/learning/learner_actor.py): with `allreduce` set, every SGD step sums
-[grad * n_local, n_local] over the mesh, so each rank applies the same global-mean
-gradient and the same optimizer step: parameters stay bit-identical. The driver
-passes `sgd_steps_per_epoch` so every rank runs the same number of collectives,
-whatever the size of its shard (an empty shard contributes zeros).
+- the model (`build_model`, by default the actor-critic of `ftrl.rl.models`) with all
+  trainable parameters as views of ONE flat tensor (and one flat gradient), so gradient
+  clipping and the optimizer are single tensor ops;
+- the optimizer (`make_optimizer`, by default FlatAdam at the training section's `lr`);
+- `apply_gradient`: backward, then in a learner mesh the all-reduce of
+  [grad * n_local, n_local] (every rank applies the same global-mean gradient, so
+  parameters stay bit-identical), `grad_clip`, the optimizer step;
+- weights as a versioned flat float32 vector (`get_weights() -> (version, flat)`; the
+  version goes up by one per update), the state on the wire (msgpack + numpy only:
+  checkpoints, the mesh's broadcast of a joiner's state), snapshots to undo an update a
+  mesh did not complete, and a digest for bit-identity checks.
+
+`split_update` says how the learner group shares one update between its members (by
+default: about equal env steps each, nothing else); an algorithm whose ranks must run
+the same number of collectives per update says so there (PPO: its SGD steps per epoch).
+
+Usable in-process (the driver's own learner, `num_learners=0`) or inside a learner
+actor (ftrl/rl/learning/learner_actor.py), which sets `allreduce`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,16 +36,19 @@ import numpy as np
 import torch
 
 from ftrl.config import AlgorithmConfig
+from ftrl.config.registry import config_from_dict
 from ftrl.rl.learning.flat_adam import FlatAdam
+from ftrl.rl.learning.shards import split_fragments
 from ftrl.rl.models.actor_critic import ActorCritic
-from ftrl.rl.sample_batch import check_fragment
 from ftrl.rl.spaces import SpaceSpec
-from ftrl.util.rng_state import (
+from ftrl.rl.rng_state import (
     bitgen_state_from_wire,
     bitgen_state_to_wire,
     torch_rng_from_wire,
     torch_rng_to_wire,
 )
+
+Fragments = Sequence[dict[str, np.ndarray]]
 
 
 def scheduled(value: float, schedule: list | None, env_steps: int) -> float:
@@ -54,40 +67,15 @@ def scheduled(value: float, schedule: list | None, env_steps: int) -> float:
     return points[-1][1]
 
 
-def compute_gae(fragment: dict[str, np.ndarray], gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """Advantages and value targets [T, E] for one time-major fragment.
+class Learner:
+    """Owns the model and optimizer; subclasses turn sample fragments into gradient steps."""
 
-    At step t the next state's value is 0 if terminated, V(final obs) (`trunc_values`)
-    if truncated, else values[t+1] (or `last_values` after the last row). Advantages do
-    not flow across an episode boundary.
-    """
-    rewards = fragment["rewards"].astype(np.float32)
-    values = fragment["values"].astype(np.float32)
-    term = fragment["terminateds"]
-    trunc = fragment["truncateds"]
-    tvals = fragment["trunc_values"].astype(np.float32)
-    t_len = rewards.shape[0]
-    next_values = np.empty_like(values)
-    next_values[:-1] = values[1:]
-    next_values[-1] = fragment["last_values"]
-    next_values = np.where(term, 0.0, np.where(trunc, tvals, next_values)).astype(np.float32)
-    deltas = rewards + gamma * next_values - values
-    carry = (gamma * lam) * (~(term | trunc)).astype(np.float32)
-    adv = np.empty_like(values)
-    last = np.zeros(values.shape[1], np.float32)
-    for t in range(t_len - 1, -1, -1):
-        last = deltas[t] + carry[t] * last
-        adv[t] = last
-    return adv, adv + values
-
-
-class PPOLearner:
-    """Owns the model and optimizer; turns sample fragments into gradient steps."""
+    #: Config keys every member of one learner mesh must share (hashed by the learner
+    #: group: a joiner with another value could not all-reduce with the rest).
+    mesh_config_keys: tuple[str, ...] = ("algo", "model", "lr", "gamma", "grad_clip", "num_gpus_per_learner")
 
     def __init__(self, config: dict | AlgorithmConfig, space_spec: dict | SpaceSpec, seed: int | None = None,
                  set_torch_threads: bool = False, device: torch.device | str = "cpu"):
-        from ftrl.config.registry import config_from_dict
-
         if set_torch_threads:
             torch.set_num_threads(1)
         self.device = torch.device(device)
@@ -100,182 +88,80 @@ class PPOLearner:
         if seed is not None:
             torch.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self.model = ActorCritic(self.spec, self.config.model_config).to(self.device)
+        self.model = self.build_model().to(self.device)
         self._flat, self._flat_grad = _flatten_parameters([p for p in self.model.parameters() if p.requires_grad])
-        self.optimizer = FlatAdam(self._flat, lr=self.hp.lr, eps=self.hp.adam_epsilon)
+        self.optimizer = self.make_optimizer(self._flat)
         self._init_optimizer_state()
         self.version = 0
         self.num_updates = 0
 
-    # ------------------------------------------------------------------ learning
+    # ------------------------------------------------------------------ what subclasses choose
 
-    def _train_batch(self, fragments: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        gamma = self.hp.gamma
-        lam = self.hp.lambda_ if self.hp.use_gae else 1.0
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "logp", "values", "adv", "returns")}
-        for frag in fragments:
-            check_fragment(frag)
-            adv, ret = compute_gae(frag, gamma, lam)
-            valid = frag["valid"].reshape(-1)
-            t, e = frag["rewards"].shape
-            parts["obs"].append(frag["obs"].reshape(t * e, -1)[valid])
-            parts["actions"].append(frag["actions"].reshape((t * e, *frag["actions"].shape[2:]))[valid])
-            parts["logp"].append(frag["logp"].reshape(-1)[valid])
-            parts["values"].append(frag["values"].reshape(-1)[valid])
-            parts["adv"].append(adv.reshape(-1)[valid])
-            parts["returns"].append(ret.reshape(-1)[valid])
-        out = {}
-        for key, arrays in parts.items():
-            arr = np.concatenate(arrays, axis=0)
-            out[key] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.int64 if key == "actions" and self.spec.act_kind == "discrete" else np.float32)).to(self.device)
+    def build_model(self) -> torch.nn.Module:
+        """The network (its parameters are made views of one flat tensor after this)."""
+        return ActorCritic(self.spec, self.config.model_config)
+
+    def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam:
+        """The optimizer of the flat parameter (Adam at the training section's lr)."""
+        return FlatAdam(flat, lr=self.hp.lr)
+
+    def update(self, fragments: Fragments, env_steps_sampled: int = 0, **options: Any) -> dict[str, Any]:
+        """Learn on the fragments (this rank's shard in a mesh); the version goes up by one.
+        `options` are what `split_update` gave every member."""
+        raise NotImplementedError
+
+    @classmethod
+    def split_update(cls, config: AlgorithmConfig, fragments: Fragments,
+                     num_members: int) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, Any]]:
+        """How a learner group shares one update: a shard per member (about equal env
+        steps) and the `update` options every member gets (the same on every rank)."""
+        return split_fragments(list(fragments), num_members), {}
+
+    @classmethod
+    def mesh_config_hash(cls, config: dict, space_spec: dict) -> str:
+        """What members of one mesh must share: the spaces and the `mesh_config_keys` of
+        the config (a member with another model shape could not all-reduce; one backend
+        per mesh, so num_gpus_per_learner too)."""
+        data = {"config": {k: config.get(k) for k in cls.mesh_config_keys}, "space_spec": space_spec}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+    #: update results that are the same on every rank of a mesh (taken from one)
+    rank_invariant_stats: tuple[str, ...] = ("grad_norm", "lr", "num_sgd_steps")
+
+    @classmethod
+    def merge_stats(cls, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """One update's results over the members: sample counts summed, the slowest
+        member's time, rank-invariant values from one, other numbers sample-weighted."""
+        total = sum(int(r.get("num_samples", 0)) for r in results)
+        out: dict[str, Any] = {"num_samples": total}
+        first = results[0] if results else {}
+        skip = {"num_samples", "learn_time_s", "weights_version", "rank", *cls.rank_invariant_stats}
+        keys = [k for k, v in first.items() if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        for key in keys:
+            vals = [(float(r[key]), int(r.get("num_samples", 0))) for r in results if key in r]
+            weight = sum(n for _, n in vals)
+            out[key] = sum(v * n for v, n in vals) / weight if weight else math.nan
+        for key in cls.rank_invariant_stats:
+            if key in first:
+                out[key] = first[key]
+        out["learn_time_s"] = max((float(r.get("learn_time_s", 0.0)) for r in results), default=0.0)
         return out
 
-    def _empty_batch(self) -> dict[str, torch.Tensor]:
-        obs = torch.zeros((0, self.spec.obs_dim), device=self.device)
-        if self.spec.act_kind == "discrete":
-            actions = torch.zeros(0, dtype=torch.int64, device=self.device)
-        else:
-            actions = torch.zeros((0, self.spec.act_dim), device=self.device)
-        z = torch.zeros(0, device=self.device)
-        return {"obs": obs, "actions": actions, "logp": z, "values": z, "adv": z, "returns": z}
+    # ------------------------------------------------------------------ one gradient step
 
-    def update(self, fragments: Sequence[dict[str, Any]], env_steps_sampled: int = 0,
-               sgd_steps_per_epoch: int | None = None) -> dict[str, Any]:
-        """Run `num_epochs` of minibatch SGD on the fragments; return learner metrics.
+    def new_reduce_buffer(self) -> torch.Tensor | None:
+        """A buffer for one update's all-reduces (None outside a mesh). One per update:
+        an abandoned collective can only ever write into its own."""
+        if self.allreduce is None:
+            return None
+        return torch.zeros(self._flat_grad.numel() + 1, device=self.device)
 
-        `env_steps_sampled` (total so far) drives the lr / clip schedules. In a mesh,
-        `sgd_steps_per_epoch` (the same on every rank) splits the local shard.
-        """
-        if self.allreduce is not None:
-            return self._update_data_parallel(fragments, env_steps_sampled, sgd_steps_per_epoch or 1)
-        start = time.perf_counter()
-        hp = self.hp
-        batch = self._train_batch(fragments)
-        n = int(batch["obs"].shape[0])
-        if n == 0:
-            return {"num_samples": 0, "weights_version": self.version}
-        lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
-        clip = scheduled(hp.clip_param, hp.clip_param_schedule, env_steps_sampled)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        mb = min(hp.minibatch_size, n)
-        stats = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
-        steps = 0
-        self.model.train()
-        for _ in range(hp.num_epochs):
-            if mb >= n:  # one full-batch step per epoch: order does not matter
-                step_stats = self._sgd_step(batch, clip)
-                for k, v in step_stats.items():
-                    stats[k] += v
-                steps += 1
-                continue
-            perm = torch.from_numpy(self.rng.permutation(n))
-            for lo in range(0, n, mb):
-                idx = perm[lo : lo + mb]
-                if len(idx) < max(2, mb // 2) and lo > 0:
-                    continue  # a tiny remainder would give a noisy step
-                step_stats = self._sgd_step({k: v[idx] for k, v in batch.items()}, clip)
-                for k, v in step_stats.items():
-                    stats[k] += v
-                steps += 1
-        self.model.eval()
-        self.version += 1
-        self.num_updates += 1
-        out: dict[str, Any] = {k: v / max(1, steps) for k, v in stats.items()}
-        with torch.no_grad():
-            var = float(batch["returns"].var()) if n > 1 else 0.0
-            resid = float((batch["returns"] - batch["values"]).var()) if n > 1 else 0.0
-        out.update(
-            {
-                "lr": lr,
-                "clip_param": clip,
-                "num_samples": n,
-                "num_sgd_steps": steps,
-                "vf_explained_var": 1.0 - resid / var if var > 0 else math.nan,
-                "weights_version": self.version,
-                "learn_time_s": time.perf_counter() - start,
-            }
-        )
-        return out
-
-    def _update_data_parallel(self, fragments: Sequence[dict[str, Any]], env_steps_sampled: int,
-                              steps_per_epoch: int) -> dict[str, Any]:
-        """`update` as one rank of a mesh: the same number of all-reduced steps on every rank."""
-        start = time.perf_counter()
-        hp = self.hp
-        batch = self._train_batch(fragments) if fragments else self._empty_batch()
-        n = int(batch["obs"].shape[0])
-        lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
-        clip = scheduled(hp.clip_param, hp.clip_param_schedule, env_steps_sampled)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        # one buffer per update: an abandoned collective can only ever write into its own
-        reduce_buf = torch.zeros(self._flat_grad.numel() + 1, device=self.device)
-        stats = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
-        local_steps = 0
-        self.model.train()
-        for _ in range(hp.num_epochs):
-            perm = self.rng.permutation(n)
-            for idx in np.array_split(perm, steps_per_epoch):
-                mb = {k: v[torch.from_numpy(idx).to(self.device)] for k, v in batch.items()}
-                step_stats = self._sgd_step(mb, clip, reduce_buf)
-                if len(idx):
-                    local_steps += 1
-                    for k, v in step_stats.items():
-                        stats[k] += v
-        self.model.eval()
-        self.version += 1
-        self.num_updates += 1
-        out: dict[str, Any] = {k: v / max(1, local_steps) for k, v in stats.items()}
-        out.update({
-            "lr": lr,
-            "clip_param": clip,
-            "num_samples": n,
-            "num_sgd_steps": steps_per_epoch * hp.num_epochs,
-            "weights_version": self.version,
-            "learn_time_s": time.perf_counter() - start,
-        })
-        return out
-
-    def _sgd_step(self, mb: dict[str, torch.Tensor], clip: float,
-                  reduce_buf: torch.Tensor | None = None) -> dict[str, float]:
-        hp = self.hp
-        n_local = int(mb["obs"].shape[0])
-        if n_local == 0:  # an empty share of this step: contribute nothing, step with the rest
-            return self._apply_gradient(None, 0, clip, reduce_buf) | {
-                "policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0}
-        logp, entropy, values = self.model.evaluate(mb["obs"], mb["actions"])
-        adv = mb["adv"]
-        if hp.normalize_advantages and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        log_ratio = logp - mb["logp"]
-        ratio = log_ratio.exp()
-        surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
-        policy_loss = -surrogate.mean()
-        vf_loss = (values - mb["returns"]) ** 2
-        if hp.vf_clip_param is not None:
-            vf_loss = vf_loss.clamp(max=hp.vf_clip_param)
-        vf_loss = vf_loss.mean()
-        ent = entropy.mean()
-        loss = policy_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
-        applied = self._apply_gradient(loss, n_local, clip, reduce_buf)
-        with torch.no_grad():
-            kl = float(((ratio - 1.0) - log_ratio).mean())
-            clip_frac = float(((ratio - 1.0).abs() > clip).float().mean())
-        return {
-            "policy_loss": float(policy_loss.detach()),
-            "vf_loss": float(vf_loss.detach()),
-            "entropy": float(ent.detach()),
-            "kl": kl,
-            "clip_frac": clip_frac,
-            **applied,
-        }
-
-    def _apply_gradient(self, loss: torch.Tensor | None, n_local: int, clip: float,
-                        reduce_buf: torch.Tensor | None) -> dict[str, float]:
-        """Backward, (mesh: sum [grad * n, n] over ranks and take the global mean), clip,
-        step. Every rank computes the same norm from the same gradient."""
-        hp = self.hp
+    def apply_gradient(self, loss: torch.Tensor | None, n_local: int,
+                       reduce_buf: torch.Tensor | None = None) -> float:
+        """Backward, (mesh: sum [grad * n, n] over ranks and take the global mean), clip
+        to `grad_clip`, step; returns the gradient norm before clipping. `loss` None:
+        this rank has no samples in this step (it contributes zeros). Every rank
+        computes the same norm from the same gradient."""
         self._flat_grad.zero_()
         if loss is not None:
             loss.backward()
@@ -286,15 +172,18 @@ class PPOLearner:
             self.allreduce(reduce_buf)
             total = float(reduce_buf[-1])
             if total <= 0:
-                return {"grad_norm": 0.0}  # nobody had samples in this step
+                return 0.0  # nobody had samples in this step
             torch.div(body, total, out=self._flat_grad)
         grad_norm = float(torch.linalg.vector_norm(self._flat_grad))
-        if hp.grad_clip is not None and grad_norm > hp.grad_clip:
-            self._flat_grad.mul_(hp.grad_clip / (grad_norm + 1e-6))
+        clip = self.hp.grad_clip
+        if clip is not None and grad_norm > clip:
+            self._flat_grad.mul_(clip / (grad_norm + 1e-6))
         self.optimizer.step()
-        return {"grad_norm": grad_norm}
+        return grad_norm
 
-    # ------------------------------------------------------------------ weights and state
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     # ------------------------------------------------------------------ mesh state
 
@@ -340,12 +229,12 @@ class PPOLearner:
 
     def digest(self) -> str:
         """sha256 of parameters, optimizer moments and counters (bit-identity checks)."""
-        import hashlib
-
         h = hashlib.sha256()
         for t in (*self.state_tensors(), self.counters_tensor()):
             h.update(t.detach().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
+
+    # ------------------------------------------------------------------ weights and state
 
     def get_weights(self) -> tuple[int, np.ndarray]:
         """(version, flat float32 parameters)."""
@@ -447,4 +336,3 @@ def _to_torch(obj: Any, key: Any = None) -> Any:
         items = [_to_torch(v) for v in obj]
         return tuple(items) if key == "betas" else items
     return obj
-

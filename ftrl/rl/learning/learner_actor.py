@@ -1,6 +1,6 @@
 """`JOB/learner/I`: one member of an elastic learner mesh ("ftrl.rl.learning.learner_actor:LearnerActor").
 
-It owns a PPOLearner and an EpochMesh. Life of a member:
+It owns the algorithm's learner (a `Learner`, by class path) and an EpochMesh. Life of a member:
 
 1. Construction is the warm-up: torch import, model, its own TCPStore; then it joins
    the coordinator's mesh (`JoinMesh`) and waits there; the actor is ALIVE only then.
@@ -28,11 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ftrl.rl.learning.learner_group import learner_config_hash
 from ftrl.rl.learning.mesh import EpochMesh, MeshChanged
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.imports import import_class
-from ftrl.wire.errors import FtrlError, InvalidArgumentError, PermissionDeniedError
+from ftrl.wire.errors import ConfigError, FtrlError, InvalidArgumentError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +47,15 @@ class LearnerActor:
         space_spec: SpaceSpec.to_dict() of the env.
         group: the mesh (default: this actor's name without "/I").
         config_hash: what the mesh checks on join (default: from config and spaces).
-        learner_class: "module:Class" of the learner (PPOLearner's interface plus
-            `allreduce`, `state_tensors`, `counters_tensor`, `snapshot`, `restore`).
+        learner_class: "module:Class" of the algorithm's learner (a
+            ftrl.rl.learning.learner.Learner), e.g. "ftrl.rl.algorithms.ppo:PPOLearner".
         client, name, incarnation, host: only outside an actor (tests).
     """
 
     def __init__(self, config: dict, space_spec: dict, group: str | None = None,
                  config_hash: str | None = None, client: Any = None, name: str | None = None,
                  incarnation: int | None = None, host: str | None = None,
-                 learner_class: str = "ftrl.rl.learning.learner:PPOLearner"):
+                 learner_class: str = ""):
         from ftrl.client.context import get_runtime_context
         from ftrl.config.registry import config_from_dict
 
@@ -70,11 +69,14 @@ class LearnerActor:
         torch.set_num_threads(max(1, int(lrn.num_cpus_per_learner)))
         use_cuda = lrn.num_gpus_per_learner > 0 and torch.cuda.is_available()
         device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
-        self.learner = import_class(learner_class)(cfg, SpaceSpec.from_dict(space_spec), device=device)
+        if not learner_class:
+            raise ConfigError("a learner actor needs learner_class, the algorithm's learner ('module:Class')")
+        learner_cls = import_class(learner_class)
+        self.learner = learner_cls(cfg, SpaceSpec.from_dict(space_spec), device=device)
         self.mesh = EpochMesh(host or (ctx.host if ctx is not None else "127.0.0.1"),
                               lrn.learner_collective_timeout_s, device)
         self.learner.allreduce = self.mesh.allreduce_
-        self.config_hash = config_hash or learner_config_hash(config, space_spec)
+        self.config_hash = config_hash or learner_cls.mesh_config_hash(config, space_spec)
         self._lock = threading.Lock()
         # (version, state) to roll back to; one attribute, so a reader never sees a
         # version without its state
@@ -197,8 +199,9 @@ class LearnerActor:
         raise MeshChanged(f"{self.name} holds version {self.learner.version}, cannot serve {version}")
 
     def update(self, epoch: int, version: int, fragments: list[dict[str, np.ndarray]],
-               sgd_steps_per_epoch: int, env_steps_sampled: int = 0) -> dict[str, Any]:
-        """One all-reduced update of `version` on this member's shard (undone on failure)."""
+               options: dict[str, Any], env_steps_sampled: int = 0) -> dict[str, Any]:
+        """One all-reduced update of `version` on this member's shard (undone on failure);
+        `options` are what the learner class's `split_update` gave every member."""
         self._acquire()
         try:
             if self.mesh.epoch != epoch:
@@ -208,7 +211,7 @@ class LearnerActor:
             # published before the update moves the version on: `version` stays servable
             self._snapshot = (version, snap)
             try:
-                out = self.learner.update(fragments, env_steps_sampled, sgd_steps_per_epoch)
+                out = self.learner.update(fragments, env_steps_sampled, **options)
             except BaseException:
                 self.learner.restore(snap)
                 raise

@@ -17,7 +17,8 @@ It has the interface of an in-process learner (`update`, `get_weights`, `get_sta
   committed version is the source of a broadcast of model, Adam state and counters
   over the new group. An epoch is entered at most once: a failed attempt opens a new
   one (its store keys are spent).
-- The train batch is split into one shard per member (`split_fragments`); the update
+- The train batch is split into one shard per member, as the algorithm's learner class
+  says (`Learner.split_update`: its shards and the options every member gets); the update
   commits only when every member returned; otherwise it is retried whole in the next
   epoch (members roll back what they applied). A member's death is seen by the
   coordinator, which opens the next epoch at once; a hung member (collective timeout,
@@ -27,10 +28,7 @@ It has the interface of an in-process learner (`update`, `get_weights`, `get_sta
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
-import json
 import logging
-import math
 import threading
 import time
 from typing import Any
@@ -39,6 +37,7 @@ import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot
+from ftrl.util.imports import import_class
 from ftrl.wire.errors import (
     ActorDiedError,
     ActorError,
@@ -67,15 +66,6 @@ LEARNER_START_TIMEOUT_S = 300.0
 
 
 
-def learner_config_hash(config: dict, space_spec: dict) -> str:
-    """What members of one mesh must share: algorithm, spaces, model and the training
-    hyperparameters (a member with another model shape could not all-reduce)."""
-    keys = ("algo", "model", "num_epochs", "minibatch_size", "clip_param", "clip_param_schedule",
-            "vf_loss_coeff", "entropy_coeff", "grad_clip", "normalize_advantages", "adam_epsilon",
-            "gamma", "lambda_", "use_gae", "vf_clip_param", "lr", "lr_schedule",
-            "num_gpus_per_learner")  # gloo or NCCL: one backend per mesh
-    data = {"config": {k: config.get(k) for k in keys}, "space_spec": space_spec}
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 class LearnerGroupError(FtrlError):
@@ -99,41 +89,13 @@ def _remote_kind(error: BaseException) -> str:
     return type(error).__name__
 
 
-def split_fragments(fragments: list[dict[str, np.ndarray]], k: int) -> list[list[dict[str, np.ndarray]]]:
-    """Split time-major fragments [T, E, ...] into `k` shards of about equal env steps,
-    cutting fragments along the env axis where needed (columns are independent for
-    GAE). A shard may be empty when there are fewer env columns than members."""
-    pieces: list[dict[str, np.ndarray]] = []
-    for frag in fragments:
-        t, e = frag["rewards"].shape[:2]
-        if e <= 1 or k == 1:
-            pieces.append(frag)
-            continue
-        for cols in np.array_split(np.arange(e), min(k, e)):
-            lo, hi = int(cols[0]), int(cols[-1]) + 1
-            piece = {}
-            for key, arr in frag.items():
-                if key == "last_values":
-                    piece[key] = arr[lo:hi]
-                elif isinstance(arr, np.ndarray) and arr.ndim >= 2 and arr.shape[:2] == (t, e):
-                    piece[key] = arr[:, lo:hi]
-                else:
-                    piece[key] = arr
-            pieces.append(piece)
-    shards: list[list[dict[str, np.ndarray]]] = [[] for _ in range(k)]
-    loads = [0] * k
-    for piece in sorted(pieces, key=lambda p: -int(p["valid"].sum())):
-        i = loads.index(min(loads))
-        shards[i].append(piece)
-        loads[i] += int(piece["valid"].sum())
-    return shards
 
 
 class LearnerGroup(ActorGroup):
     """Remote learners training one policy data-parallel; see the module docstring."""
 
     def __init__(self, client: Any, config: AlgorithmConfig, *, job_name: str, space_spec: dict,
-                 learner_class: str = ""):
+                 learner_class: str):
         self.config = config
         lrn = config.learners_cfg
         self.job_name = job_name
@@ -146,11 +108,12 @@ class LearnerGroup(ActorGroup):
         self.call_timeout = 2 * self.collective_timeout + 30.0
         self.space_spec = space_spec
         cfg_dict = config.to_dict()
-        self.config_hash = learner_config_hash(cfg_dict, space_spec)
+        #: the algorithm's learner class: how an update is shared and its results merged
+        self.learner_cls = import_class(learner_class)
+        self.config_hash = self.learner_cls.mesh_config_hash(cfg_dict, space_spec)
         kwargs = {"config": cfg_dict, "space_spec": space_spec, "group": f"{job_name}/learner",
                   "config_hash": self.config_hash}
-        if learner_class:
-            kwargs["learner_class"] = learner_class
+        kwargs["learner_class"] = learner_class
         resources = {"cpu": float(lrn.num_cpus_per_learner)}
         if lrn.num_gpus_per_learner:
             resources["gpu"] = float(lrn.num_gpus_per_learner)
@@ -527,15 +490,13 @@ class LearnerGroup(ActorGroup):
 
     def update(self, fragments: list[dict[str, np.ndarray]], env_steps_sampled: int = 0) -> dict[str, Any]:
         """One data-parallel update over the live members; retried whole until it commits."""
-        n_total = int(sum(int(f["valid"].sum()) for f in fragments))
-        steps = max(1, n_total // max(1, self.config.training_cfg.minibatch_size))
         t0 = time.monotonic()
         retries = 0
         while True:
             view = self._ready_view()
             members = view["members"]
-            shards = split_fragments(fragments, len(members))
-            args = {m["name"]: (view["epoch"], self.version, shard, steps, env_steps_sampled)
+            shards, options = self.learner_cls.split_update(self.config, fragments, len(members))
+            args = {m["name"]: (view["epoch"], self.version, shard, options, env_steps_sampled)
                     for m, shard in zip(members, shards, strict=True)}
             results, errors = self._call_all(members, "update", args_for=args)
             if not errors:
@@ -554,7 +515,7 @@ class LearnerGroup(ActorGroup):
         self._consecutive_failures = 0
         self.version += 1
         self.last_update_members = len(members)
-        out = _merge_stats(list(results.values()))
+        out = self.learner_cls.merge_stats(list(results.values()))
         out.update({"num_learners": len(members), "mesh_epoch": view["epoch"], "update_retries": retries,
                     "weights_version": self.version, "update_s": time.monotonic() - t0})
         return out
@@ -720,19 +681,3 @@ class LearnerGroup(ActorGroup):
     def stop(self, kill: bool = True) -> None:
         """Stop background work; with `kill`, also kill every learner of the group."""
         super().stop(kill, reason="job ended")
-
-
-def _merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Learner metrics over the members: sample-weighted means, summed sample counts."""
-    total = sum(int(r.get("num_samples", 0)) for r in results)
-    out: dict[str, Any] = {"num_samples": total}
-    for key in ("policy_loss", "vf_loss", "entropy", "kl", "clip_frac"):
-        vals = [(float(r[key]), int(r.get("num_samples", 0))) for r in results if key in r]
-        w = sum(n for _, n in vals)
-        out[key] = sum(v * n for v, n in vals) / w if w else math.nan
-    first = results[0] if results else {}
-    for key in ("grad_norm", "lr", "clip_param", "num_sgd_steps"):
-        if key in first:
-            out[key] = first[key]
-    out["learn_time_s"] = max((float(r.get("learn_time_s", 0.0)) for r in results), default=0.0)
-    return out

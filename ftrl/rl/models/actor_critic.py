@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ftrl.config import ModelConfig
-from ftrl.rl.models.policy import flat_layout
+from ftrl.rl.models.layout import flat_layout
 from ftrl.rl.spaces import SpaceSpec, env_action
 
 __all__ = ["ActorCritic", "env_action"]

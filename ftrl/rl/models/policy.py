@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ftrl.config import ModelConfig
+from ftrl.rl.models.layout import flat_layout
 from ftrl.rl.spaces import SpaceSpec
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -30,29 +31,6 @@ _LOG_2PI = math.log(2 * math.pi)
 # in ~2^53).
 
 
-def flat_layout(spec: SpaceSpec, model: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
-    """(parameter name, shape) in the order of the flat weight vector."""
-    layout: list[tuple[str, tuple[int, ...]]] = []
-
-    def body(prefix: str) -> int:
-        dim = spec.obs_dim
-        for k, h in enumerate(model.fcnet_hiddens):
-            layout.append((f"{prefix}.{2 * k}.weight", (h, dim)))
-            layout.append((f"{prefix}.{2 * k}.bias", (h,)))
-            dim = h
-        return dim
-
-    last = body("pi_body")
-    last_vf = last if model.vf_share_layers else body("vf_body")
-    layout += [
-        ("pi_head.weight", (spec.act_dim, last)),
-        ("pi_head.bias", (spec.act_dim,)),
-        ("vf_head.weight", (1, last_vf)),
-        ("vf_head.bias", (1,)),
-    ]
-    if spec.act_kind == "box":
-        layout.append(("log_std", (spec.act_dim,)))
-    return layout
 
 
 def _activation(name: str) -> Any:

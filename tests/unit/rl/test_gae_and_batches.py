@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ftrl.rl.learning.learner import compute_gae, scheduled
+from ftrl.rl.algorithms.ppo import compute_gae
+from ftrl.rl.learning.learner import scheduled
 from ftrl.rl.sample_batch import check_fragment, concat, flatten_fragment
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ftrl.config import PPOConfig
-from ftrl.rl.learning.learner import PPOLearner
+from ftrl.rl.algorithms.ppo import PPOLearner
 from ftrl.rl.sampling.env_runner import EnvRunner
 from ftrl.wire import codec
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ftrl.rl.algorithms.ppo import PPOLearner
 from ftrl.rl.learning import learner_group as lg
 from ftrl.wire.errors import ActorError, ActorStartError, ActorUnavailableError
 
@@ -25,6 +26,7 @@ def _group(outcomes: list[dict[str, BaseException]]) -> tuple[lg.LearnerGroup, l
     (errors by member; an empty dict means every member committed)."""
     group = object.__new__(lg.LearnerGroup)
     group.config = SimpleNamespace(training_cfg=SimpleNamespace(minibatch_size=4))
+    group.learner_cls = PPOLearner
     group.group = "job/learner"
     group.version = 7
     group.num_update_retries = group.num_learner_failures = 0
