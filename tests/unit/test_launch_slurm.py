@@ -181,15 +181,15 @@ class _FakeClient:
 
 
 def test_resume_follows_a_live_job_and_resubmits_an_ended_one(tmp_path, monkeypatch):
-    from ftrl.cli import train as train_cli
+    from ftrl.cli import follow
 
-    monkeypatch.setattr(train_cli.time, "sleep", lambda s: None)
+    monkeypatch.setattr(follow.time, "sleep", lambda s: None)
     args = argparse.Namespace(resume=True, job_name="j")
     live = _FakeClient(["RUNNING"])
-    assert train_cli._submit_or_attach(live, args, None, tmp_path) == "j" and live.submits == 1
+    assert follow.submit_or_attach(live, args, None, tmp_path) == "j" and live.submits == 1
     stopping = _FakeClient(["RUNNING"], stop_requested=True)  # stopped first, then submitted again
-    assert train_cli._submit_or_attach(stopping, args, None, tmp_path) == "j"
+    assert follow.submit_or_attach(stopping, args, None, tmp_path) == "j"
     assert stopping.stopped and stopping.submits == 2
     with pytest.raises(AlreadyExistsError):
-        train_cli._submit_or_attach(_FakeClient(["RUNNING"]), argparse.Namespace(resume=False, job_name="j"),
+        follow.submit_or_attach(_FakeClient(["RUNNING"]), argparse.Namespace(resume=False, job_name="j"),
                                     None, tmp_path)

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from ftrl.cli.train import Progress, add_train_arguments, run_train
+from ftrl.cli.progress import Progress
+from ftrl.cli.train import add_train_arguments, run_train
 from ftrl.config.jobs import build_job, parse_overrides
 
 
