@@ -1,93 +1,17 @@
-"""Fixtures for tests that run a real coordinator and real workers on 127.0.0.1."""
+"""Fixtures for tests that run a real coordinator and real workers on 127.0.0.1 (the
+plain helpers they use, which tests import, are in tests/cluster.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from ftrl.client.cluster import LocalCluster
-
-REPO = Path(__file__).resolve().parents[2]
-COUNTER = "tests.actors:Counter"
-
-# Short timeouts so failures are noticed quickly; liveness bounds in the tests stay generous.
-FAST = dict(heartbeat_interval=0.5, heartbeat_timeout=2.0, actor_hang_timeout=1.5)
-
-
-def cluster_env() -> dict[str, str]:
-    """Environment for cluster processes: actors import `tests.actors` from the repo root."""
-    path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": str(REPO) + (os.pathsep + path if path else "")}
-
-
-def new_cluster(workers: int = 1, slots: int = 2, **kwargs: Any) -> LocalCluster:
-    """A LocalCluster with test settings, not started."""
-    return LocalCluster(workers, slots, env=cluster_env(), **{**FAST, **kwargs})
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
-               what: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy (returned) or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as e:  # keep polling; report the last error on timeout
-            last_error = e
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}"
-                                 + (f" (last error: {last_error!r})" if last_error else ""))
-        time.sleep(interval)
-
-
-def wait_event(client, after_seq: int, predicate: Callable[[dict], bool], timeout: float = 20.0,
-               prefix: str = "", nodes: bool = False) -> dict:
-    """The first event after `after_seq` that matches `predicate` (replayed or live)."""
-    deadline = time.monotonic() + timeout
-    seen: list[dict] = []
-    events = client.events(prefix=prefix, nodes=nodes, after_seq=after_seq, timeout=timeout)
-    try:
-        for event in events:
-            seen.append(event)
-            if predicate(event):
-                return event
-            if time.monotonic() > deadline:
-                break
-    finally:
-        events.close()
-    summary = [(e["type"], e["actor"] or e["node_id"], e["incarnation"]) for e in seen]
-    raise AssertionError(f"no matching event within {timeout:g}s; saw {summary}")
-
-
-def event_seq(client) -> int:
-    return client.cluster_info()["event_seq"]
-
-
-def cmdline(pid: int) -> str:
-    return " ".join(psutil.Process(pid).cmdline())
-
-
-def pid_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def running(proc) -> bool:
-    return proc is not None and proc.poll() is None
-
+from tests.cluster import COUNTER, new_cluster
 
 # ---------------------------------------------------------------- failure reports
 

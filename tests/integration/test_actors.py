@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ftrl
-from tests.integration.conftest import cmdline, event_seq, pid_gone, wait_event, wait_until
+from tests.cluster import cmdline, event_seq, pid_gone, wait_event, wait_until
 
 
 def test_calls_state_and_records(client, shared_cluster, actors):

@@ -14,7 +14,7 @@ from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.limits import MAX_CALL_BYTES
-from tests.integration.conftest import cluster_env, running
+from tests.cluster import cluster_env, running
 
 BIG = 5 << 20  # over every 4 MiB message cap
 

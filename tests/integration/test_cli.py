@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import running
+from tests.cluster import running
 
 
 def _ftrl() -> list[str]:

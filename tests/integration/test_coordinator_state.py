@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from ftrl import __version__
-from tests.integration.conftest import COUNTER, REPO, cluster_env, running, wait_until
+from tests.cluster import COUNTER, REPO, cluster_env, running, wait_until
 
 
 def _node(client, node_id: str) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 
 JOB = {"algo": "ppo", "env": "CartPole-v1", "num_env_runners": 2, "num_envs_per_env_runner": 4,
        "train_batch_size": 256, "minibatch_size": 128, "num_epochs": 2, "seed": 0,

@@ -11,7 +11,7 @@ import pytest
 
 import ftrl
 from ftrl.coordinator.controller import LOCAL_RESTART_RANGE
-from tests.integration.conftest import (
+from tests.cluster import (
     COUNTER,
     event_seq,
     pid_gone,

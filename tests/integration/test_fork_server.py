@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.integration.conftest import event_seq, wait_event, wait_until
+from tests.cluster import event_seq, wait_event, wait_until
 
 PROBE = "tests.fork_actors:Probe"
 

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire.errors import FtrlError
-from tests.integration.conftest import new_cluster, running, wait_until
+from tests.cluster import new_cluster, running, wait_until
 
 TOTAL = int(os.environ.get("FTRL_FUZZ_EXAMPLES", "2000"))
 SHARE = {"coordinator": 0.52, "watch": 0.04, "actor": 0.44}

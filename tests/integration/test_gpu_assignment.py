@@ -15,7 +15,7 @@ from ftrl.client.cluster import LocalCluster
 from ftrl.config import PPOConfig
 from ftrl.rl.driver.embedded import cluster_gpus
 from ftrl.util.gpus import parse_visible_devices, visible_gpus
-from tests.integration.conftest import COUNTER, FAST, cluster_env, wait_until
+from tests.cluster import COUNTER, FAST, cluster_env, wait_until
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from ftrl.config import PPOConfig
-from tests.integration.conftest import event_seq, pid_gone, wait_event, wait_until
+from tests.cluster import event_seq, pid_gone, wait_event, wait_until
 
 JOB = "hung"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import signal
 
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 
 JOB = {"algo": "ppo", "env": "CartPole-v1", "num_env_runners": 1, "num_envs_per_env_runner": 4,
        "train_batch_size": 256, "minibatch_size": 128, "num_epochs": 2,

@@ -9,7 +9,7 @@ import json
 import signal
 import time
 
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 
 # a quick job (no checkpoint every iteration): many rows while the coordinator is down
 JOB = {"algo": "ppo", "env": "CartPole-v1", "num_env_runners": 1, "num_envs_per_env_runner": 4,

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import COUNTER, wait_until
+from tests.cluster import COUNTER, running_train, wait_until
 from tests.integration.test_cli import _ftrl, run_ftrl
 
 JOB = """\
@@ -163,14 +162,12 @@ def test_train_follows_its_job_through_a_coordinator_restart(make_cluster, tmp_p
     results replay every iteration once, in order, as metrics.jsonl has them."""
     cluster = make_cluster(slots=3, preload="ftrl.rl.sampling.env_runner")
     out = tmp_path / "run"
-    proc = subprocess.Popen(
+    with running_train(
         [*_ftrl(), "train", "--env", "CartPole-v1", "--num-env-runners", "1", "--output", str(out),
          "--job-name", "cr", "--set", "train_batch_size=64", "--set", "minibatch_size=64",
          "--set", "num_epochs=1", "--quiet", "--coordinator", cluster.address,
          "--token-file", str(cluster.token_file)],
-        env={k: v for k, v in os.environ.items() if not k.startswith("FTRL_")}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+        env={k: v for k, v in os.environ.items() if not k.startswith("FTRL_")}) as proc:
         wait_until(lambda: len(_iterations(out)) >= 3, timeout=120, what="three iterations")
         cluster.coordinator_proc.send_signal(signal.SIGKILL)
         cluster.coordinator_proc.wait(10)
@@ -182,10 +179,6 @@ def test_train_follows_its_job_through_a_coordinator_restart(make_cluster, tmp_p
                    what="iterations reported to the restarted coordinator")
         os.killpg(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert "coordinator unreachable" in stderr and "stopped on request" in stderr
     final = client.job_status("cr")

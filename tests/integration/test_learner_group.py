@@ -19,7 +19,7 @@ import ftrl
 from ftrl.config import StopCriteria
 from ftrl.rl.learning.learner_group import LEARNER_CLASS
 from ftrl.wire.errors import ActorStartError
-from tests.integration.conftest import new_cluster, wait_until
+from tests.cluster import new_cluster, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 from tests.integration.test_train_driver import _actors, _iterations, _train
 
 
@@ -18,28 +18,13 @@ def _rows(out) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.endswith("}")]
 
 
-def _kill(proc) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def _stderr_of(proc, timeout: float) -> str:
-    """Wait for `ftrl train` to end (killing its process group if it overruns)."""
-    try:
-        _, stderr = proc.communicate(timeout=timeout)
-    finally:
-        _kill(proc)
-    return stderr
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_ppo_with_two_learners_reaches_475_on_cartpole(tmp_path):
     out = tmp_path / "run"
-    proc = _train(out, "l2", "--num-env-runners", "0", "--set", "rollout_fragment_length=32",
-                  "--num-learners", "2", "--stop-reward", "475")
-    stderr = _stderr_of(proc, 360)
+    with _train(out, "l2", "--num-env-runners", "0", "--set", "rollout_fragment_length=32",
+                "--num-learners", "2", "--stop-reward", "475") as proc:
+        _, stderr = proc.communicate(timeout=360)
     assert proc.returncode == 0, stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["stop_reason"] == "stop_reward" and result["episode_return_mean"] >= 475
@@ -55,8 +40,7 @@ def test_killed_driver_reattaches_to_its_learners_in_a_new_epoch(tmp_path, durin
     re-forms around the survivor): its restarted copy re-attaches to the live learners,
     the restarted learner rejoins, and the run ends with every iteration exactly once."""
     out, job = tmp_path / "run", "kl"
-    proc = _train(out, job, "--num-learners", "2", "--stop-iters", "40")
-    try:
+    with _train(out, job, "--num-learners", "2", "--stop-iters", "40") as proc:
         wait_until(lambda: len(list((out / "checkpoints").glob("checkpoint_*.ftrl"))) >= 2, timeout=180,
                    what="two checkpoints")
         before = _actors(job)
@@ -65,10 +49,7 @@ def test_killed_driver_reattaches_to_its_learners_in_a_new_epoch(tmp_path, durin
             os.kill(before[f"{job}/learner/1"], signal.SIGKILL)
             time.sleep(0.2)
         os.kill(before[f"{job}/algorithm"], signal.SIGKILL)
-    except BaseException:
-        _kill(proc)
-        raise
-    stderr = _stderr_of(proc, 240)
+        _, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr[-3000:]
     assert "driver restarted" in stderr
     assert _iterations(out) == list(range(1, 41))

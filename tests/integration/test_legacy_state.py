@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 
 import ftrl
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_36f3c3f" / "state.tar.gz"
 ROOT = Path("/tmp/ftrl-legacy-36f3c3f")  # the paths inside the records are absolute

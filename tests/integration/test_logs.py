@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 from tests.procs import env, ftrl
 
 COUNTER = "tests.actors:Counter"

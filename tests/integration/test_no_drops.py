@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ftrl.config import load_job
-from tests.integration.conftest import REPO
+from tests.cluster import REPO
 
 CARTPOLE_JOB = REPO / "examples" / "cartpole_ppo.toml"
 

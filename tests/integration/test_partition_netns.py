@@ -36,7 +36,7 @@ from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.security import write_token_file
 from tests import procs
-from tests.integration.conftest import event_seq, pid_gone, wait_event, wait_until
+from tests.cluster import event_seq, pid_gone, wait_event, wait_until
 from tests.netns import Netns, netns_unavailable
 
 pytestmark = pytest.mark.netns

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from tests.integration.conftest import COUNTER, event_seq, running, wait_until
+from tests.cluster import COUNTER, event_seq, running, wait_until
 
 
 def _node(client, node_id: str) -> dict:

@@ -17,7 +17,7 @@ import pytest
 
 from ftrl.config import PPOConfig, StopCriteria, load_job
 from ftrl.rl.sampling.env_runner import EnvRunner
-from tests.integration.conftest import REPO, cluster_env, pid_gone, wait_until
+from tests.cluster import REPO, cluster_env, pid_gone, wait_until
 
 CARTPOLE_JOB = REPO / "examples" / "cartpole_ppo.toml"
 

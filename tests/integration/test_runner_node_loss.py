@@ -8,7 +8,7 @@ import os
 import signal
 
 from ftrl.config import load_job
-from tests.integration.conftest import REPO, wait_until
+from tests.cluster import REPO, wait_until
 
 CARTPOLE_JOB = REPO / "examples" / "cartpole_ppo.toml"
 

@@ -14,7 +14,7 @@ from ftrl.config import PPOConfig
 from ftrl.rl.sampling.runner_group import _channel_token
 from ftrl.rl.sampling.sample_plane import SampleChannel
 from ftrl.wire.errors import ActorUnavailableError
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 
 JOB = "chan"
 

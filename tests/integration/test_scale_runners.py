@@ -12,7 +12,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 
 JOB = {
     "algo": "PPO",

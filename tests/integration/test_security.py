@@ -22,7 +22,7 @@ from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.wire.limits import MAX_CONTROL_MESSAGE
 from ftrl.wire.security import Security, write_token_file
 from tests import procs
-from tests.integration.conftest import FAST, cluster_env, running, wait_until
+from tests.cluster import FAST, cluster_env, running, wait_until
 from tests.netns import Netns, netns_unavailable
 from tests.pki import make_pki
 from tests.secure_cluster import SecureCluster

@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from ftrl.rl.driver.checkpoint import decode_checkpoint
-from tests.integration.conftest import REPO, wait_until
+from tests.cluster import REPO, wait_until
 
 pytestmark = pytest.mark.slurm
 

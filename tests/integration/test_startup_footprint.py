@@ -9,12 +9,11 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 from ftrl.client import cluster as cluster_mod
-from tests.integration.conftest import cluster_env, new_cluster, wait_until
+from tests.cluster import new_cluster, running_train, wait_until
 
 
 def _children(pid: int) -> list[int]:
@@ -57,9 +56,7 @@ def test_torch_is_loaded_only_in_the_driver_actor(tmp_path):
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "ftrl", "train", "--env", "CartPole-v1", "--num-env-runners", "2",
             "--stop-iters", "100000", "--output", str(out), "--job-name", "lean", "--quiet"]
-    proc = subprocess.Popen(argv, env={**os.environ, **cluster_env()}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+    with running_train(argv) as proc:
         wait_until(lambda: (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1,
                    timeout=120, what="the first iteration")
         # the pool refills its spares after the runners took two: wait for them too
@@ -74,10 +71,6 @@ def test_torch_is_loaded_only_in_the_driver_actor(tmp_path):
         assert not _has_torch(proc.pid)  # the `ftrl train` process itself
         os.killpg(proc.pid, signal.SIGINT)  # stop after this iteration
         _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert json.loads((out / "result.json").read_text())["stop_reason"] == "stopped"
 

@@ -22,7 +22,7 @@ import pytest
 import ftrl
 from ftrl.wire.security import write_token_file
 from tests import procs
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 from tests.tools import ensure_binary
 
 ACTOR = "page/counter"

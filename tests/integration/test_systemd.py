@@ -32,7 +32,7 @@ import pytest
 import ftrl
 from ftrl.launch.systemd import read_env_file
 from ftrl.wire.security import Security, write_token_file
-from tests.integration.conftest import REPO, wait_until
+from tests.cluster import REPO, wait_until
 from tests.tools import ensure_binary
 
 SCRIPT = REPO / "tests" / "user-systemd.sh"

@@ -3,6 +3,7 @@ on an embedded cluster; killing it must not lose the run, and Ctrl-C must stop c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,17 +13,17 @@ from pathlib import Path
 
 import psutil
 
-from tests.integration.conftest import REPO, cluster_env, wait_until
+from tests.cluster import REPO, running_train, wait_until
 
 CARTPOLE_JOB = REPO / "examples" / "cartpole_ppo.toml"
 
 
-def _train(out: Path, job: str, *extra: str) -> subprocess.Popen:
+def _train(out: Path, job: str, *extra: str) -> contextlib.AbstractContextManager[subprocess.Popen]:
+    """`ftrl train` of CARTPOLE_JOB running (killed with its process group on leaving)."""
     argv = [sys.executable, "-m", "ftrl", "train", "--config", str(CARTPOLE_JOB), "--output", str(out),
             "--job-name", job, "--num-env-runners", "2", "--set", "rollout_fragment_length=16",
             "--set", "checkpoint_interval=10", "--seed", "3", "--quiet", *extra]
-    return subprocess.Popen(argv, env={**os.environ, **cluster_env()}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return running_train(argv)
 
 
 def _actors(job: str) -> dict[str, int]:
@@ -44,18 +45,13 @@ def _iterations(out: Path) -> list[int]:
 
 def test_killed_driver_actor_restarts_in_place_and_the_run_goes_on(tmp_path):
     out, job = tmp_path / "run", "kd"
-    proc = _train(out, job, "--stop-iters", "60")
-    try:
+    with _train(out, job, "--stop-iters", "60") as proc:
         wait_until(lambda: len(list((out / "checkpoints").glob("checkpoint_*.ftrl"))) >= 2, timeout=120,
                    what="two checkpoints")
         before = _actors(job)
         assert set(before) == {f"{job}/algorithm", f"{job}/env_runner/0", f"{job}/env_runner/1"}
         os.kill(before[f"{job}/algorithm"], signal.SIGKILL)
         _, stderr = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 0, stderr
     assert "driver restarted (incarnation 2)" in stderr
     assert "resuming from its newest state (iteration " in stderr
@@ -71,15 +67,10 @@ def test_killed_driver_actor_restarts_in_place_and_the_run_goes_on(tmp_path):
 
 def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint(tmp_path):
     out, job = tmp_path / "run", "cc"
-    proc = _train(out, job, "--stop-iters", "100000")
-    try:
+    with _train(out, job, "--stop-iters", "100000") as proc:
         wait_until(lambda: len(_iterations(out)) >= 5, timeout=120, what="five iterations")
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends: the whole foreground group
         _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert "stopping after this iteration" in stderr and "stopped on request" in stderr
     result = json.loads((out / "result.json").read_text())

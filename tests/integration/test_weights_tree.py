@@ -15,7 +15,7 @@ from ftrl.config import PPOConfig
 from ftrl.rl.models.actor_critic import ActorCritic
 from ftrl.rl.sampling.runner_group import EnvRunnerGroup
 from ftrl.rl.spaces import space_spec
-from tests.integration.conftest import wait_until
+from tests.cluster import wait_until
 
 SPEC = space_spec(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
 

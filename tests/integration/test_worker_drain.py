@@ -25,7 +25,7 @@ from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire.security import Security
 from ftrl.worker.agent import NodeAgent, WorkerOptions
 from tests import procs
-from tests.integration.conftest import pid_gone, wait_until
+from tests.cluster import pid_gone, wait_until
 
 DRAINABLE = "tests.actors:Drainable"
 COUNTER = "tests.actors:Counter"

@@ -23,7 +23,7 @@ from ftrl.util.runtime import run_async, set_child_subreaper
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.worker.processes import ActorProcess, OrphanReaper, SparePool, child_pids, parent_pid
-from tests.integration.conftest import cluster_env
+from tests.cluster import cluster_env
 
 POOL_LOG = "ftrl.worker.processes"
 

@@ -72,7 +72,7 @@ def test_a_slow_disk_skips_states_never_rows_and_never_blocks_submit(tmp_path, m
 
 def test_a_failed_write_is_logged_and_the_next_state_goes_on(tmp_path, monkeypatch, caplog):
     from ftrl.rl.driver import state_writer
-    from tests.integration.conftest import wait_until
+    from tests.cluster import wait_until
 
     real = state_writer.atomic_write_bytes
     disk_full = threading.Event()
