@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from ftrl._version import __version__
 from ftrl.coordinator.events import EventLog
 from ftrl.coordinator.failover import MAX_INCARNATION, Failover
+from ftrl.coordinator.jobs import JobHost, JobTable
 from ftrl.coordinator.launcher import LoggingLauncher, NodeLauncher
 from ftrl.coordinator.membership import MAX_RUNNING_REPORTED, Membership, check_running
 from ftrl.coordinator.placement import LOCAL_RESTART_RANGE, Placement
@@ -146,9 +147,11 @@ class Controller(ClusterState, Membership, Placement, Failover):
         self._saved_meta: dict[str, int] = {}
         self._grace_until = 0.0
         self._awaited: set[str] = set()  # restored nodes not registered again yet
-        from ftrl.coordinator.jobs import JobTable  # after the records it builds on
-
-        self.jobs = JobTable(self)
+        self.jobs = JobTable(JobHost(
+            actors=self.actors, events=self.events,
+            get_or_create_actor=lambda spec: self._create_actor(spec, get_if_exists=True),
+            kill_actor=lambda name, reason: self._kill_actor(name, reason),
+            unhealthy_timeout_s=lambda: self.config.job_unhealthy_timeout_s))
         self.restored = self._restore()
         # Records restored: an actor we have no record of is a leftover, stopped. Nothing
         # restored (no state dir, a new one, or --recover): what workers report is the

@@ -28,13 +28,14 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgpack
 
+from ftrl.coordinator.events import EventLog
 from ftrl.coordinator.records import ActorRecord, ActorState
 from ftrl.coordinator.store import Batch
 from ftrl.util.run_dir import DRIVER_STATE_FILE, has_saved_state
@@ -48,9 +49,6 @@ from ftrl.wire.errors import (
     NotFoundError,
     ResourceExhaustedError,
 )
-
-if TYPE_CHECKING:
-    from ftrl.coordinator.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -193,11 +191,28 @@ def parse_job(config: bytes) -> tuple[dict, int, int]:
     return data, spec.config.env_runners_cfg.num_env_runners, spec.config.learners_cfg.num_learners
 
 
+@dataclass(frozen=True)
+class JobHost:
+    """All the job table uses of the controller, handed to it by the controller (this
+    module never imports the controller): the actor records and the event log, the two
+    actor operations a job needs, and its health limit. The operations run inside the
+    controller's current durable call (they change records; the call writes them)."""
+
+    actors: Mapping[str, ActorRecord]
+    events: EventLog
+    #: create the actor of this spec, or get the live one of its name
+    get_or_create_actor: Callable[[pb.ActorSpec], ActorRecord]
+    #: stop an actor for good: (name, reason)
+    kill_actor: Callable[[str, str], ActorRecord]
+    #: job_unhealthy_timeout_s, read at each health check
+    unhealthy_timeout_s: Callable[[], float]
+
+
 class JobTable:
     """The jobs of one coordinator; plain code on the controller's thread."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.c = controller
+    def __init__(self, host: JobHost) -> None:
+        self.host = host
         self.jobs: dict[str, JobRecord] = {}
         self._dirty: set[str] = set()
         self._results: list[tuple[str, int, bytes]] = []
@@ -229,7 +244,7 @@ class JobTable:
             if job.stage.final:
                 self._cleanup(job)
                 continue
-            rec = self.c.actors.get(job.driver)
+            rec = self.host.actors.get(job.driver)
             if rec is None or rec.state == ActorState.DEAD:
                 log.warning("job %s (%s): its driver has no live record; starting it", job.job_id,
                             job.stage.value)
@@ -258,8 +273,8 @@ class JobTable:
         job.stage_since = time.time()
         job.unhealthy_since = None
         self._touch(job)
-        self.c.events.emit(pb.EVENT_JOB, actor=job.job_id,
-                           message=f"{stage.value}: {reason}" if reason else stage.value)
+        self.host.events.emit(pb.EVENT_JOB, actor=job.job_id,
+                              message=f"{stage.value}: {reason}" if reason else stage.value)
         if stage.final:
             self._cleanup(job)
         return True
@@ -267,17 +282,17 @@ class JobTable:
     def _live_actors(self, job_id: str, role: str = "") -> list[ActorRecord]:
         """The job's actors that are not DEAD (`role`: e.g. "env_runner/")."""
         prefix = f"{job_id}/{role}"
-        return [r for n, r in self.c.actors.items() if n.startswith(prefix) and r.state != ActorState.DEAD]
+        return [r for n, r in self.host.actors.items() if n.startswith(prefix) and r.state != ActorState.DEAD]
 
     def _cleanup(self, job: JobRecord) -> None:
         """Stop every live actor of an ended job (idempotent)."""
         for rec in sorted(self._live_actors(job.job_id), key=lambda r: r.name):
-            self.c._kill_actor(rec.name, f"job {job.stage.value.lower()}")
+            self.host.kill_actor(rec.name, f"job {job.stage.value.lower()}")
 
     # ---------------------------------------------------------------- client API
 
     def submit(self, req: pb.SubmitJobRequest) -> JobRecord:
-        job_id = req.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{self.c.events.seq % 10000:04d}"
+        job_id = req.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{self.host.events.seq % 10000:04d}"
         if not JOB_ID.fullmatch(job_id):
             raise InvalidArgumentError(
                 f"job id {job_id[:100]!r} must be 1..80 characters of letters, digits, '_', '.', '-'")
@@ -307,7 +322,7 @@ class JobTable:
         self.jobs[job_id] = job
         self._forget_ended()
         self._touch(job)
-        self.c.events.emit(pb.EVENT_JOB, actor=job_id, message="PENDING: submitted")
+        self.host.events.emit(pb.EVENT_JOB, actor=job_id, message="PENDING: submitted")
         log.info("job %s submitted (output %s, %d env runners, %d learners%s)", job_id, output,
                  runners, learners, ", resume" if req.resume else "")
         self._create_driver(job)
@@ -319,7 +334,7 @@ class JobTable:
         spec = pb.ActorSpec(name=job.driver, class_path=DRIVER_CLASS, kwargs=codec.encode(kwargs),
                             max_restarts=DRIVER_MAX_RESTARTS, resources={"cpu": 0.0},
                             owner=f"job.{job.job_id}"[:100], max_concurrency=4)
-        rec = self.c._create_actor(spec, get_if_exists=True)
+        rec = self.host.get_or_create_actor(spec)
         self.actor_changed(rec)
 
     def get(self, job_id: str) -> JobRecord:
@@ -457,12 +472,12 @@ class JobTable:
         if now < self._next_check:
             return
         self._next_check = now + HEALTH_CHECK_INTERVAL_S
-        limit = self.c.config.job_unhealthy_timeout_s
+        limit = self.host.unhealthy_timeout_s()
         for job in list(self.jobs.values()):
             if job.stage != S.RUNNING or job.num_env_runners == 0:
                 continue
             prefix = f"{job.job_id}/env_runner/"
-            runners = [r for n, r in self.c.actors.items() if n.startswith(prefix)]
+            runners = [r for n, r in self.host.actors.items() if n.startswith(prefix)]
             if not runners or any(r.state == ActorState.ALIVE for r in runners):
                 job.unhealthy_since = None
                 continue

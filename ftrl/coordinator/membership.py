@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ftrl import __version__
+from ftrl._version import __version__
 from ftrl.coordinator.failover import MAX_INCARNATION
 from ftrl.coordinator.placement import LOCAL_RESTART_RANGE
 from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState

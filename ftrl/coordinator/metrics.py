@@ -29,7 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 
-from ftrl import __version__
+from ftrl._version import __version__
 from ftrl.coordinator.records import ActorState, NodeState
 from ftrl.wire import codec
 from ftrl.wire import ftrl_pb2 as pb
