@@ -145,7 +145,7 @@ class SimWorker:
         self.wait_for_ready = wait_for_ready  # the agent does not (yet): see --register-wait-for-ready
 
     async def run(self) -> None:
-        backoff = Backoff(base=0.2, cap=2.0, jitter=0.2)  # as ftrl/worker/agent.py
+        backoff = Backoff(base=0.2, cap=2.0, jitter=0.2)  # as ftrl/worker/link.py
         while True:
             try:
                 reply = await self.stub.RegisterNode(pb.RegisterNodeRequest(

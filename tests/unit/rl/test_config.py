@@ -10,8 +10,16 @@ import pytest
 
 import ftrl
 from ftrl import config as config_mod
-from ftrl.config import fields, sections
-from ftrl.config import ModelConfig, PPOConfig, StopCriteria, describe, fields_of, load_job
+from ftrl.config import (
+    ModelConfig,
+    PPOConfig,
+    StopCriteria,
+    describe,
+    fields,
+    fields_of,
+    load_job,
+    sections,
+)
 from ftrl.config.jobs import parse_overrides
 from ftrl.wire.errors import ConfigError
 
