@@ -51,11 +51,11 @@ def test_env_factory_falls_back_to_gymnasium_for_paths_it_cannot_import():
     env.close()
 
 
-def test_local_handle_and_actor_host_use_it():
+def test_local_client_and_actor_host_use_it():
     from ftrl.worker import host
-    from tests import local_client as local_handle
+    from tests import local_client
 
     assert host.import_class is import_class
-    assert local_handle._construct("collections:OrderedDict", {}) == collections.OrderedDict()
+    assert local_client._construct("collections:OrderedDict", {}) == collections.OrderedDict()
     with pytest.raises(TypeError, match="not a class"):
-        local_handle._construct("os.path:join", {})
+        local_client._construct("os.path:join", {})

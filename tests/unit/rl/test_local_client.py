@@ -43,7 +43,7 @@ class Box:
         return object()
 
 
-BOX = "tests.unit.rl.test_local_handle:Box"
+BOX = "tests.unit.rl.test_local_client:Box"
 
 
 def test_calls_errors_and_codec_checks():
