@@ -51,7 +51,7 @@ _LAZY: dict[str, str] = {
 #: Public names defined under another name in their module.
 _RENAMED: dict[str, tuple[str, str]] = {"FINAL_JOB_STAGES": ("ftrl.client.jobs", "FINAL_STAGES")}
 #: Subpackages reachable as attributes (`ftrl.client.cluster` after `import ftrl`).
-_SUBMODULES = frozenset({"cli", "client", "config", "coordinator", "launch", "rl", "util", "wire", "worker"})
+_SUBMODULES = frozenset({"cli", "client", "config", "coordinator", "launch", "rl", "testing", "util", "wire", "worker"})
 
 
 def __getattr__(name: str) -> Any:

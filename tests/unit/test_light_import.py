@@ -57,6 +57,21 @@ def test_star_import_and_names_in_a_fresh_process_load_what_they_need():
     assert "torch" not in _loaded_after(code)
 
 
+def test_configs_are_made_checked_and_read_back_without_torch_or_the_rl_room():
+    """The SDK's configs (and the registry that finds an algorithm by name) never load an
+    algorithm: `ftrl.PPOConfig()` and a job file read as the client and coordinator do."""
+    code = ("import ftrl\n"
+            "from ftrl.config import config_from_dict, load_job\n"
+            "c = ftrl.PPOConfig().environment('CartPole-v1').training(lr=1e-3, num_epochs=2)\n"
+            "c.validate()\n"
+            "assert config_from_dict(c.to_dict()) == c\n"
+            "assert load_job(data={'algo': 'ppo', 'env': 'CartPole-v1'}).config.algo_name == 'PPO'\n"
+            "import sys\n"
+            "rl = sorted(m for m in sys.modules if m.startswith('ftrl.rl'))\n"
+            "assert not rl, rl\n")
+    assert "torch" not in _loaded_after(code)
+
+
 def test_version_is_the_packaged_one():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     from ftrl._version import __version__
