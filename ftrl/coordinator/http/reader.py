@@ -1,24 +1,20 @@
 """Reading one request off a connection: its head, then (once routed) its body.
 
 The head ends at the first CRLF CRLF, found within `max_head_bytes` (else 431) by the
-stream reader before h11 sees a byte, as before: h11 would also end a head at a bare LF,
-and caps only a head that comes in pieces (`max_incomplete_event_size`, here the same
-bound: its 431 can never come first). The head passes ftrl.coordinator.http.rules, then
-h11 parses it into the request; h11 frames the body by its Content-Length.
+stream reader; h11 parses it (`parse_head`, under ftrl.coordinator.http.rules: what h11
+refuses answers its status hint, 400 or 431) and frames the body by its Content-Length.
+h11's own cap on an unfinished head (`max_incomplete_event_size`) is the same bound.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import urllib.parse
 
 import h11
 
 from ftrl.coordinator.http import rules
 from ftrl.coordinator.http.messages import HeadTooLarge, HttpError, HttpLimits, Request
-
-log = logging.getLogger(__name__)
 
 READ_CHUNK = 16 << 10
 
@@ -27,12 +23,33 @@ class ClientGone(Exception):
     """The client closed its side before its request was whole: nothing to answer."""
 
 
+def parse_head(conn: h11.Connection, head: bytes, limits: HttpLimits) -> Request:
+    """The request of a whole head (through its CRLF CRLF), parsed by h11 on `conn`;
+    HttpError for a head this server refuses (see ftrl.coordinator.http.rules)."""
+    try:
+        rules.check_raw(head)
+        conn.receive_data(rules.for_h11(head))
+        event = conn.next_event()
+    except h11.RemoteProtocolError as e:
+        raise rules.h11_refusal(head, limits, e) from None
+    except HttpError as e:
+        raise rules.refused(head, limits, e.status, e.message) from None
+    if not isinstance(event, h11.Request):  # a whole head is a request or a refusal
+        raise HttpError(400, "malformed request")
+    rules.check_request(event, limits)
+    target = event.target.decode("ascii")
+    path, _, query = target.partition("?")
+    return Request(event.method.decode("ascii"), target, urllib.parse.unquote(path), query,
+                   "HTTP/" + event.http_version.decode("ascii"), rules.fields(event))
+
+
 class RequestReader:
     """One request of one connection (one request per connection)."""
 
     def __init__(self, reader: asyncio.StreamReader, limits: HttpLimits) -> None:
         self._reader = reader
         self._limits = limits
+        # the head's cap, counting its final CRLF CRLF (the stream reader's limit does not)
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head_bytes + 4)
 
     async def head(self) -> Request | None:
@@ -46,27 +63,7 @@ class RequestReader:
             if not e.partial:
                 return None  # connected and went away
             raise HttpError(400, "the request ended before its headers did") from None
-        lines = rules.check_head(head, self._limits)
-        kept, raw = rules.for_h11(lines)
-        self._h11.receive_data(kept)
-        try:
-            event = self._h11.next_event()
-        except h11.RemoteProtocolError as e:  # the rules let through only heads h11 takes
-            log.error("h11 refused a request head the rules took (%s): %r", e, head[:300])
-            raise HttpError(400, "malformed request") from None
-        if not isinstance(event, h11.Request):
-            raise HttpError(400, "malformed request")
-        as_sent = {name for name, _ in raw}
-        headers: dict[str, list[bytes]] = {}
-        for name, value in event.headers:
-            if (key := name.decode("ascii")) not in as_sent:
-                headers.setdefault(key, []).append(value)
-        for name, value in raw:
-            headers.setdefault(name, []).append(value)
-        target = event.target.decode("ascii")
-        path, _, query = target.partition("?")
-        return Request(event.method.decode("ascii"), target, urllib.parse.unquote(path), query,
-                       "HTTP/" + event.http_version.decode("ascii"), headers)
+        return parse_head(self._h11, head, self._limits)
 
     async def body(self) -> bytes:
         """The body, framed by h11 (call it only once rules.body_length took its length);

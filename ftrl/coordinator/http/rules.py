@@ -1,86 +1,125 @@
-"""This server's rules for a request head, kept on top of h11 (which parses it).
+"""What this server decides about a request head beyond h11, which parses it.
 
-h11 takes more than this server ever did, and refuses some heads later or with another
-status. So every head first passes `check_head`: the same checks, in the same order, with
-the same status and message as always (all 400 but where noted):
+h11 parses the request line and the header lines (ftrl.coordinator.http.reader feeds it
+the head) and refuses what it cannot parse: a bad request line (method, target of visible
+ASCII, HTTP/d.d), a bad header line (token name, colon, value), an HTTP/1.1 request
+without Host. What h11 takes and this server refuses is checked on h11's event,
+`check_request` (400 but where noted):
 
-- the request line is METHOD SP TARGET SP VERSION, the method an RFC 9110 token, the
-  version HTTP/d.d (505 unless 1.0 or 1.1), the target a path (origin form) of printable
-  ASCII, at most 4096 bytes. h11 takes any version and absolute or `*` targets;
-- at most `max_headers` header lines (431), checked before the lines themselves;
-- each line NAME ":" VALUE with a token name and no control character (but HT) in the
-  value; h11 takes obs-fold continuation lines and controls such as SOH or DEL, and also
-  ends lines at a bare LF (here it is a control character: 400);
-- an HTTP/1.1 request has exactly one Host.
+- the version: h11 takes any HTTP/d.d; here 1.0 and 1.1 only (505);
+- the target: a path (origin form), <= 4096 bytes (h11 takes `*` and absolute forms);
+- at most `max_headers` header lines (431), counted in h11's header list;
+- no control character in a header value (h11 refuses NUL, CR, LF, VT, FF; not SOH..BS,
+  SO..US, DEL);
+- an HTTP/1.1 request has exactly one Host (h11 refuses none; more than one: below).
 
-Then h11 parses the head without the lines whose meaning this server decides after it has
-routed the request (`for_h11`): Transfer-Encoding (h11 takes chunked bodies; here any
-Transfer-Encoding is 501, or 400 with a Content-Length, after 421/404/405), a
-Content-Length `body_length` refuses (h11 takes a list such as "1, 1" and up to 20
-digits; h11 refuses other bad ones before routing), and the Host lines of an HTTP/1.0
-request that repeats Host (h11 refuses it; here it counts as no Host, as before).
+Where h11 would answer a head otherwise than this server always has (the statuses in
+tests/fixtures/http_responses), it is kept from deciding:
+
+- Two raw checks before h11 (`check_raw`), for what h11 hides once parsed: a bare LF
+  ending a line (h11 takes it, as RFC 9112 allows, and would answer the request it
+  makes; here it is a 400 as always) and obs-fold, a header line that starts with a
+  space or tab (h11 joins it to the line above; here a 400, as RFC 9112 allows too).
+- Lines h11 is shown under another name (`for_h11`: the prefix HIDDEN, drawn at random
+  so that no client sends it), which it parses as plain fields (`fields` gives them their
+  names back): every Transfer-Encoding (h11 refuses all but "chunked" before routing;
+  here any is a 501, or a 400 with a Content-Length, after 421/404/405: `body_length`);
+  every Content-Length unless they all carry one number of <= 12 digits (h11 refuses a
+  bad one before routing and reads a list "1, 1" as 1; here both are a 400 after
+  routing); the Host and Content-Length lines after the first (h11 refuses a repeated
+  Host in any version, as RFC 9112 says; here an HTTP/1.0 request may repeat it and then
+  has no Host, as always). So h11 frames a body only by a Content-Length `body_length`
+  takes.
+- When h11 (or `check_raw`) refuses a head, the last word of its request line is looked
+  at for an HTTP version other than 1.0 and 1.1 (505) and its lines are counted (431)
+  before the refusal is answered (`refused`): h11 stops at the first bad byte, and these
+  two statuses ranked before a 400 for a bad line here.
+
+Error texts from h11 (its RemoteProtocolError, less the request bytes it quotes): "no
+request line received", "illegal request line", "illegal header line", "Missing
+mandatory Host: header" (and any other h11 may raise); every other text is this server's.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
+
+import h11
 
 from ftrl.coordinator.http.messages import HttpError, HttpLimits, Request
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token (methods, header names)
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # controls other than HT
-_BAD_TARGET = re.compile(rb"[\x00-\x20\x7f-\xff]")
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+_OBS_FOLD = re.compile(rb"\r\n[ \t]")
 _VERSION = re.compile(rb"HTTP/\d\.\d")
-#: headers whose raw values the request keeps (h11 sees them only where noted in for_h11)
-RAW = (b"transfer-encoding", b"content-length")
+_QUOTED = re.compile(r": (?:bytearray\()?b['\"].*", re.DOTALL)  # h11 quotes the bad line
+#: the header lines for_h11 may rename (a name, then the colon at once, as h11 reads a field)
+_RENAMED = re.compile(rb"(?i)(?<=\r\n)(host|content-length|transfer-encoding):(.*?)(?=\r\n)")
+#: the name prefix of the lines h11 is shown renamed (lower case, as h11 gives names back)
+HIDDEN = f"ftrl-{secrets.token_hex(6)}-".encode()
 
 
-def check_head(head: bytes, limits: HttpLimits) -> list[bytes]:
-    """The head's lines (the request line first) if it passes every rule; HttpError if not."""
-    lines = head[:-4].split(b"\r\n") if head.endswith(b"\r\n\r\n") else []
-    if not lines or not lines[0]:
-        raise HttpError(400, "no request line")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3:
-        raise HttpError(400, "the request line is not METHOD TARGET VERSION")
-    method, target, version = parts
-    if not _TOKEN.fullmatch(method):
-        raise HttpError(400, "bad method")
-    if not _VERSION.fullmatch(version):
-        raise HttpError(400, "bad HTTP version")
-    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+def check_raw(head: bytes) -> None:
+    """The two checks on the raw head (the module docstring says why); HttpError 400."""
+    if _BARE_LF.search(head):
+        raise HttpError(400, "a line ends in a bare LF; lines end in CRLF")
+    if _OBS_FOLD.search(head):
+        raise HttpError(400, "malformed header line")  # obs-fold
+
+
+def for_h11(head: bytes) -> bytes:
+    """The head as h11 sees it: the lines in the module docstring renamed to HIDDEN + name."""
+    lengths = [value.strip(b" \t") for name, value in _RENAMED.findall(head) if name.lower() == b"content-length"]
+    plain = length_ok(lengths) if lengths else True
+    seen: set[bytes] = set()
+
+    def rename(match: re.Match) -> bytes:
+        name = match.group(1).lower()
+        first = name not in seen
+        seen.add(name)
+        shown = (name == b"host" and first) or (name == b"content-length" and first and plain)
+        return match.group(0) if shown else HIDDEN + match.group(0)
+
+    return _RENAMED.sub(rename, head)
+
+
+def refused(head: bytes, limits: HttpLimits, status: int, message: str) -> HttpError:
+    """The answer to a head h11 (or check_raw) refused with `status`: 505 or 431 before it."""
+    version = head.partition(b"\r\n")[0].rpartition(b" ")[2]
+    if _VERSION.fullmatch(version) and version not in (b"HTTP/1.0", b"HTTP/1.1"):
+        return HttpError(505)
+    if head.count(b"\r\n") - 2 > limits.max_headers:
+        return HttpError(431, f"more than {limits.max_headers} header lines")
+    return HttpError(status, message)
+
+
+def h11_refusal(head: bytes, limits: HttpLimits, e: h11.RemoteProtocolError) -> HttpError:
+    """h11's refusal as this server's answer: its status hint (400, 431) and its text."""
+    return refused(head, limits, e.error_status_hint, _QUOTED.sub("", str(e)) or "malformed request")
+
+
+def check_request(event: h11.Request, limits: HttpLimits) -> None:
+    """What h11 took and this server refuses (see the module docstring); HttpError if any."""
+    if event.http_version not in (b"1.0", b"1.1"):
         raise HttpError(505)
-    if not target.startswith(b"/") or _BAD_TARGET.search(target) or len(target) > 4096:
+    if not event.target.startswith(b"/") or len(event.target) > 4096:
         raise HttpError(400, "the target must be a path (origin form)")
-    if len(lines) - 1 > limits.max_headers:
+    if len(event.headers) > limits.max_headers:
         raise HttpError(431, f"more than {limits.max_headers} header lines")
-    hosts = 0
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN.fullmatch(name):  # also refuses obs-fold and "Name :"
-            raise HttpError(400, "malformed header line")
-        if _BAD_VALUE.search(value.strip(b" \t")):
-            raise HttpError(400, "control character in a header value")
-        hosts += name.lower() == b"host"
-    if version == b"HTTP/1.1" and hosts != 1:
+    if any(_BAD_VALUE.search(value) for _, value in event.headers):
+        raise HttpError(400, "control character in a header value")
+    if event.http_version == b"1.1" and sum(name in (b"host", HIDDEN + b"host") for name, _ in event.headers) != 1:
         raise HttpError(400, "HTTP/1.1 needs exactly one Host header")
-    return lines
 
 
-def for_h11(lines: list[bytes]) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """The head h11 parses, and the (name, value) of the RAW headers and of the headers
-    left out of it (see the module docstring), for the request to keep as sent."""
-    fields = [(name.lower(), value.strip(b" \t"), line)
-              for line in lines[1:] for name, _, value in [line.partition(b":")]]
-    lengths = [value for name, value, _ in fields if name == b"content-length"]
-    left_out = {b"transfer-encoding"}
-    if lengths and not length_ok(lengths):
-        left_out.add(b"content-length")
-    if lines[0].endswith(b" HTTP/1.0") and sum(name == b"host" for name, _, _ in fields) > 1:
-        left_out.add(b"host")
-    kept = [line for name, _, line in fields if name not in left_out]
-    raw = [(name.decode("ascii"), value) for name, value, _ in fields if name in left_out or name in RAW]
-    return b"\r\n".join([lines[0], *kept, b"", b""]), raw
+def fields(event: h11.Request) -> dict[str, list[bytes]]:
+    """The request's header values by lower-case name, in the order sent (renamed lines
+    under their own names again)."""
+    headers: dict[str, list[bytes]] = {}
+    for name, value in event.headers:
+        headers.setdefault(name.removeprefix(HIDDEN).decode("ascii"), []).append(value)
+    return headers
 
 
 def length_ok(values: list[bytes]) -> bool:
