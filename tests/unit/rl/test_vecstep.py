@@ -1,11 +1,13 @@
-"""The EnvRunner's vector step in C (ftrl/rl/_vecstep.c) against its pure-Python loop:
-the same fragments bit for bit, the same failures, no leaked references, and built
-wherever a C compiler is found."""
+"""The EnvRunner's vector step in C (ftrl/rl/sampling/_vecstep.c) against its pure-Python
+twin (ftrl.rl.sampling.vector_step.step_envs): every contract test runs on both, both run
+side by side on the same generated inputs, the runner gets the same fragments bit for bit
+from either, no leaked references, and the C one is built wherever a C compiler is found."""
 
 from __future__ import annotations
 
 import gc
 import math
+import random
 import shutil
 import sys
 
@@ -14,11 +16,13 @@ import numpy as np
 import pytest
 
 from ftrl.config import PPOConfig
-from ftrl.rl.sampling import env_runner
+from ftrl.rl.sampling import env_runner, vector_step
 from ftrl.rl.sampling.env_runner import EnvRunner
 
+_TWIN = {"name": "c"}  # the twin `_step_envs()` gives: set per test by the `twin` fixture
 
-def _step_envs():
+
+def _c_step_envs():
     """The C step; a skip where no C compiler could build it, a failure where one could."""
     try:
         from ftrl.rl.sampling._vecstep import step_envs
@@ -29,11 +33,28 @@ def _step_envs():
     return step_envs
 
 
-def test_the_runner_uses_the_c_step_unless_told_not_to(monkeypatch):
-    step_envs = _step_envs()
-    assert env_runner._native_step() is step_envs
+def _step_envs():
+    """The twin under test (see `twin`): the C step, or its pure-Python twin."""
+    return vector_step.step_envs if _TWIN["name"] == "python" else _c_step_envs()
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def twin(request, monkeypatch):
+    """Every contract test runs on the C step and on its Python twin (the runner-level
+    tests below pin "c": they compare the two themselves)."""
+    monkeypatch.setitem(_TWIN, "name", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("twin", ["c"], indirect=True)
+def test_the_runner_uses_the_c_step_unless_told_not_to(monkeypatch, twin):
+    step_envs = _c_step_envs()
+    assert vector_step.native_step_envs() is step_envs
+    assert vector_step.select_step_envs() is step_envs and vector_step.loop_name(step_envs) == "c"
     monkeypatch.setenv("FTRL_PURE_PYTHON", "1")
-    assert env_runner._native_step() is None
+    assert vector_step.native_step_envs() is None
+    assert vector_step.select_step_envs() is vector_step.step_envs
+    assert vector_step.loop_name(vector_step.step_envs) == "python"
 
 
 class Scripted:
@@ -350,9 +371,9 @@ def _runner(env: str, env_config: dict, envs: int, frag: int, restart: bool = Tr
 
 
 def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 4) -> list[dict]:
-    monkeypatch.setattr(env_runner, "_step_envs", env_runner._native_step() if native_on else None)
+    monkeypatch.setattr(env_runner, "_step_envs", _c_step_envs() if native_on else vector_step.step_envs)
     if native_on:
-        assert env_runner._step_envs is not None
+        assert vector_step.loop_name(env_runner._step_envs) == "c"
     runner = _runner(env, env_config, envs=6, frag=64)
     try:
         return [runner.sample() for _ in range(n)] + [runner.get_metrics()]
@@ -360,6 +381,7 @@ def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 
         runner.stop()
 
 
+@pytest.mark.parametrize("twin", ["c"], indirect=True)
 @pytest.mark.parametrize("env, env_config", [
     ("CartPole-v1", {}),
     ("ftrl.testing.envs:make_flaky_env", {"fail_every": 37, "max_episode_steps": 20}),
@@ -373,7 +395,7 @@ def test_the_c_and_python_loops_give_the_same_fragments(monkeypatch, env, env_co
     """Same seeds, same envs: every array of every fragment, the episodes and the restart
     counts are identical (sub-env failures in steps and in the resets the C step does at
     episode ends, NaN observations and rewards, truncations)."""
-    _step_envs()  # the extension is there (skips this test where it could not be built)
+    _c_step_envs()  # the extension is there (skips this test where it could not be built)
     c = _samples(monkeypatch, True, env, env_config)
     py = _samples(monkeypatch, False, env, env_config)
     for a, b in zip(c[:-1], py[:-1], strict=True):
@@ -387,10 +409,11 @@ def test_the_c_and_python_loops_give_the_same_fragments(monkeypatch, env, env_co
         assert c[-1]["num_sub_env_restarts"] > 0
 
 
-def test_the_runner_still_steps_gymnasium_envs_through_their_wrappers(monkeypatch):
+@pytest.mark.parametrize("twin", ["c", "python"], indirect=True)
+def test_the_runner_still_steps_gymnasium_envs_through_their_wrappers(monkeypatch, twin):
     """`step_fns` are the envs' own `step` (TimeLimit and the rest apply): a 10-step limit
-    truncates every episode at 10 steps on the C path."""
-    monkeypatch.setattr(env_runner, "_step_envs", env_runner._native_step())
+    truncates every episode at 10 steps on either vector step."""
+    monkeypatch.setattr(env_runner, "_step_envs", _step_envs())
     gym.register("FtrlShortCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
                  max_episode_steps=10)
     try:
@@ -400,3 +423,111 @@ def test_the_runner_still_steps_gymnasium_envs_through_their_wrappers(monkeypatc
     finally:
         gym.registry.pop("FtrlShortCartPole-v0", None)
     assert set(out["episodes"]["lengths"]) <= set(range(1, 11)) and 10 in set(out["episodes"]["lengths"])
+
+
+# --------------------------------------------------------------------------- the twins side by side
+
+
+def _generated_case(seed: int) -> dict:
+    """Fresh inputs for one vector step, drawn from `seed`: every call builds new objects
+    (each twin gets its own), so the two see the same inputs and share nothing. Steps and
+    resets return rows of every kind the contract names (float64/float32 rows, lists,
+    ints, float16, big-endian, 2-D, the wrong size, NaN/inf, float64 beyond float32),
+    rewards of every kind (floats, numpy scalars, ints, bools, NaN/inf, an array, a
+    string), flags of every kind (an ambiguous array too), exceptions and malformed
+    results; `nxt` starts with stale NaN rows, which only a written row may clear."""
+    rng = random.Random(seed)
+    e, d = rng.randint(1, 6), 3
+
+    def row() -> object:
+        kind = rng.choice(["f64"] * 6 + ["f32"] * 3 + ["list", "ints", "f16", "be", "2d", "nan", "inf", "big", "wrong",
+                                                         "scalar"])
+        x = [rng.uniform(-2, 2) for _ in range(d)]
+        return {
+            "f64": lambda: np.array(x), "f32": lambda: np.array(x, np.float32), "list": lambda: x,
+            "ints": lambda: np.array([1, 2, 3]), "f16": lambda: np.array(x, np.float16),
+            "be": lambda: np.array(x, ">f8"), "2d": lambda: np.array([x]), "nan": lambda: np.array([x[0], np.nan, x[2]]),
+            "inf": lambda: np.array([np.inf, x[1], x[2]]), "big": lambda: np.array([1e39, x[1], x[2]]),
+            "wrong": lambda: np.ones(rng.choice([1, 4])), "scalar": lambda: np.float64(1.0),
+        }[kind]()
+
+    def reward() -> object:
+        return rng.choice([rng.uniform(-1, 1)] * 8 + [np.float32(0.25), 2, True, math.nan, -math.inf,
+                                                      np.float64(math.inf), np.array([1.0, 2.0]), "1"])
+
+    def flag() -> object:
+        return rng.choice([False] * 8 + [True] * 3 + [np.True_, np.False_, 1, 0, np.array([True, False])])
+
+    def step_fn(i: int) -> Scripted:
+        kind = rng.choice(["ok"] * 12 + ["raise", "short", "long", "none", "list5"])
+        if kind == "ok":
+            return Scripted((row(), reward(), flag(), flag(), {}))
+        if kind == "raise":
+            return Scripted(RuntimeError(f"boom {i}"))
+        if kind == "list5":
+            return Scripted([row(), reward(), flag(), flag(), None])
+        return Scripted({"short": (row(), 1.0, False, False), "long": (row(), 1.0, False, False, {}, 0),
+                         "none": None}[kind])
+
+    def reset_fn(i: int) -> Resets | None:
+        kind = rng.choice(["ok"] * 6 + ["none", "raise", "single", "nan", "wrong"])
+        if kind == "none":
+            return None
+        return Resets({"ok": (row(), {}), "raise": ValueError(f"reset boom {i}"), "single": np.ones(d),
+                       "nan": (np.array([np.nan, 0.0, 0.0]), {}), "wrong": (np.ones(5), {})}[kind])
+
+    nxt = np.array([[rng.uniform(-1, 1) for _ in range(d)] for _ in range(e)], np.float32)
+    for i in range(e):
+        if rng.random() < 0.2:
+            nxt[i, 1] = np.nan  # stale: a sub-env whose step fails leaves it there
+    fns = [step_fn(i) for i in range(e)]
+    resets = [reset_fn(i) for i in range(e)] if rng.random() < 0.7 else None
+    return {"fns": fns, "resets": resets, "nxt": nxt, "ep_ret": [rng.choice([0.0, 1.5, -3.0]) for _ in range(e)],
+            "fast": rng.random() < 0.8}
+
+
+def _run_twin(fn, case: dict) -> dict:
+    """One twin on one case: what it returned or raised, and every side effect, in a
+    form two runs can be compared by (NaN equal to NaN, exceptions by type and text)."""
+    e = len(case["fns"])
+    nxt, ep_ret = case["nxt"], case["ep_ret"]
+    rew, term, trunc, fits = [0.0] * e, [False] * e, [False] * e, []
+
+    def fit(out, i, obs, what):
+        fits.append((i, what))
+        out[i] = np.asarray(obs, np.float32).reshape(out.shape[1])  # refuses the wrong size
+
+    def exc(x):
+        return (type(x).__name__, str(x))
+
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # numpy warns (a float64 beyond float32), C does not
+            ended, failed, finite, resets = fn(case["fns"], list(range(e)), nxt, rew, term, trunc, ep_ret, fit,
+                                               case["fast"], case["resets"])
+        result = ("returned", ended, [(i, exc(x)) for i, x in failed], finite,
+                  [(i, x if x is None or x is False else exc(x)) for i, x in resets])
+    except Exception as x:
+        result = ("raised", exc(x))
+    return {"result": result, "nxt": nxt.tobytes(), "rew": repr(rew), "ep_ret": repr(ep_ret), "term": term,
+            "trunc": trunc, "fits": fits, "actions": [f.actions for f in case["fns"]],
+            "reset_calls": [r.calls if r is not None else None for r in case["resets"] or []]}
+
+
+@pytest.mark.parametrize("twin", ["c"], indirect=True)
+def test_both_twins_agree_on_the_same_generated_inputs(twin):
+    """The C step and its Python twin, side by side on 600 generated vector steps: the
+    same result (ended, failed, finite, resets, or the same exception), the same rows,
+    rewards, returns, flags, fit calls, and the same calls to every step and reset."""
+    c, py = _c_step_envs(), vector_step.step_envs
+    kinds = set()
+    for seed in range(600):
+        a, b = _run_twin(c, _generated_case(seed)), _run_twin(py, _generated_case(seed))
+        assert a == b, f"case {seed}: C {a} vs Python {b}"
+        result = a["result"]
+        kinds.add(result[0])
+        if result[0] == "returned":
+            kinds.update(("failed",) * bool(result[2]) + ("not finite",) * (not result[3]) +
+                         tuple(("reset", "ok" if x is None else "nan" if x is False else "raised") for _, x in result[4]))
+    # the generator reaches every branch of the contract
+    assert {"returned", "raised", "failed", "not finite", ("reset", "ok"), ("reset", "nan"),
+            ("reset", "raised")} <= kinds, kinds
