@@ -8,7 +8,7 @@ import pytest
 
 from ftrl.config import PPOConfig
 from ftrl.rl.sample_batch import TIME_MAJOR_KEYS, check_fragment
-from ftrl.rl.sampling import env_runner
+from ftrl.rl.sampling import env_runner, vector_step
 from ftrl.rl.sampling.env_runner import EnvRunner
 from ftrl.rl.sampling.sub_env import SubEnvError
 from ftrl.wire import codec
@@ -19,10 +19,11 @@ COUNTER = "ftrl.testing.envs:make_counter_env"
 
 @pytest.fixture(autouse=True, params=["c_step", "python_step"])
 def step_loop(request, monkeypatch):
-    """Every test here runs on the C vector step (ftrl/rl/_vecstep.c) and on the Python loop."""
+    """Every test here runs on the C vector step (ftrl/rl/sampling/_vecstep.c) and on its
+    Python twin (ftrl.rl.sampling.vector_step.step_envs)."""
     if request.param == "python_step":
-        monkeypatch.setattr(env_runner, "_step_envs", None)
-    elif env_runner._step_envs is None:
+        monkeypatch.setattr(env_runner, "_step_envs", vector_step.step_envs)
+    elif env_runner._step_envs is vector_step.step_envs:
         pytest.skip("the C vector step is not built here")
 FLAKY = "ftrl.testing.envs:make_flaky_env"
 
@@ -386,18 +387,18 @@ def test_the_runner_reports_the_loop_that_steps_its_envs(monkeypatch, caplog):
     """`step_loop` (in get_metrics and the start-up log line) names the loop that really
     ran: the C step is called on every vector step, or never."""
     calls = []
-    native = env_runner._step_envs
-    if native is not None:
+    step = env_runner._step_envs
+    if step is not vector_step.step_envs:
         def counted(*args):
             calls.append(1)
-            return native(*args)
+            return step(*args)
 
         monkeypatch.setattr(env_runner, "_step_envs", counted)
     with caplog.at_level("INFO", logger="ftrl.rl.sampling.env_runner"):
         runner = _runner(env="CartPole-v1", envs=3, frag=5)
     runner.sample()
-    expected = "python" if native is None else "c"
-    assert len(calls) == (0 if native is None else 5)
+    expected = "python" if step is vector_step.step_envs else "c"
+    assert len(calls) == (0 if expected == "python" else 5)
     assert runner.step_loop == runner.get_metrics()["step_loop"] == expected
     assert f"3 sub-envs of CartPole-v1, step loop: {expected}" in caplog.text
 

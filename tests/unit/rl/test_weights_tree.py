@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import ftrl.rl.sampling.env_runner as env_runner_mod
-from ftrl.rl.sampling.env_runner import subtree_height, subtree_names
-from ftrl.rl.sampling.runner_group import build_weights_tree, weights_fresh
+import ftrl.rl.weights.tree as weights_tree
+from ftrl.rl.sampling.runner_group import weights_fresh
+from ftrl.rl.weights.tree import build_weights_tree, subtree_height, subtree_names
 from tests.local_client import LocalClient
 from tests.unit.rl.test_runner_group import _config, _group, _until, _weights
 
@@ -116,7 +116,7 @@ def relaying(monkeypatch):
     """In-process runners that relay through the LocalClient (as actors do through
     their runtime client)."""
     client = LocalClient()
-    monkeypatch.setattr(env_runner_mod, "_peer_client", lambda: client)
+    monkeypatch.setattr(weights_tree, "_peer_client", lambda: client)
     with client:
         yield client
 

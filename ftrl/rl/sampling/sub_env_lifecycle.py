@@ -1,0 +1,366 @@
+"""The sub-envs of an EnvRunner: their lifecycle and the bookkeeping of their episodes.
+
+`SubEnvLifecycle` is the EnvRunner's base: it builds the sub-envs (each one built is
+progress for the hung-env watchdog), resets, restarts and closes them, writes their
+observations into the runner's arrays through its checked encoder, steps remote sub-env
+processes in parallel, applies the sub-env failure policy (restart only the failed one,
+or mark it broken and raise: see `ftrl.rl.sampling.env_runner`), and finishes episodes
+(returns, lengths, fresh episode ids). What a sub-env is (`_create`) is the runner's.
+The hot loop itself is `EnvRunner._steps` (one `vector_step` call per vector step).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from ftrl.rl.sampling.filters import MeanStdFilter, NoFilter
+from ftrl.rl.sampling.sub_env import SubEnvError, reset_error
+from ftrl.rl.sampling.vector_step import sq_sum
+from ftrl.rl.spaces import ObsEncoder, SpaceSpec
+from ftrl.util.watchdog import ProgressWatchdog
+from ftrl.wire.errors import ConfigError
+
+_EPISODE_ID_STRIDE = 1 << 40
+_NO_RESETS: dict[int, Any] = {}
+
+
+class _Unwatched:
+    """Stands in for a ProgressWatchdog when none runs (in-process runners): the hot loop
+    stamps it all the same (one attribute store) instead of testing for None."""
+
+    stamp = 0.0
+
+    def begin(self, what: str | None = None) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_UNWATCHED = _Unwatched()
+
+
+class SubEnvLifecycle:
+    """Sub-env lifecycle and episode bookkeeping (the EnvRunner's state, set up by its
+    constructor; `_create(i)` builds sub-env i)."""
+
+    num_envs: int
+    worker_index: int
+    env_id: str
+    remote_envs: bool
+    restart_sub_envs: bool
+    max_restart_attempts: int
+    spec: SpaceSpec
+    encoder: ObsEncoder
+    filter: NoFilter | MeanStdFilter
+    policy: Any
+    _seed: int | None
+    _watchdog: ProgressWatchdog | _Unwatched
+    _envs: list[Any]
+    _seeded: list[bool]
+    _restarts_of: list[int]
+    _row_obs: bool
+    _obs_dim: int
+    _obs: np.ndarray
+    _ep_ids: np.ndarray
+    _ep_ret: list[float]
+    _ep_start: list[int]
+    _vec_steps: int
+    _next_episode: int
+    _done_returns: list[float]
+    _done_lengths: list[int]
+    _needs_reset: bool
+    _broken: set[int]
+    num_sub_env_restarts: int
+    episodes_total: int
+
+    def _create(self, i: int) -> Any:
+        """A new sub-env i (the runner's: in-process or a process, its env and config)."""
+        raise NotImplementedError
+
+    def _values(self, fobs: np.ndarray) -> np.ndarray:
+        return self.policy.value(fobs)
+
+    # ------------------------------------------------------------------ build, reset, restart, close
+
+    def _env_seed(self, i: int) -> int | None:
+        """Seed for the first reset of sub-env i's current instance (later resets: None,
+        so episodes differ)."""
+        if self._seed is None or self._seeded[i]:
+            return None
+        self._seeded[i] = True
+        return self._seed + i + 1_000 * self._restarts_of[i]
+
+    def _build_and_check_envs(self, space_spec: dict | None) -> SpaceSpec:
+        """Build the sub-envs into `self._envs`; their common spaces, checked against
+        `space_spec`."""
+        try:
+            self._envs = self._build_envs()
+        except SubEnvError as e:
+            raise ConfigError(f"cannot create environment {self.env_id!r}: {e}") from e
+        spec = self._envs[0].spec
+        if any(env.spec != spec for env in self._envs[1:]):
+            raise ConfigError(f"sub-envs of {self.env_id!r} have different spaces")
+        if space_spec is not None and SpaceSpec.from_dict(space_spec) != spec:
+            raise ConfigError(
+                f"env runner {self.worker_index} sees spaces {spec} but the driver expects "
+                f"{SpaceSpec.from_dict(space_spec)}"
+            )
+        return spec
+
+    def _build_envs(self) -> list[Any]:
+        """A new list of every sub-env, built under the watchdog: each one built is
+        progress, so a constructor that hangs ends the process. If one fails, those
+        already built are closed and the error propagates."""
+        wd = self._watchdog
+        wd.begin("env construction")
+        envs: list[Any] = []
+        try:
+            for i in range(self.num_envs):
+                envs.append(self._create(i))
+                wd.stamp = time.monotonic()
+        except BaseException:
+            for env in envs:
+                try:
+                    env.close()
+                except Exception:
+                    pass
+            raise
+        finally:
+            wd.end()
+        return envs
+
+    def _new_episode(self, i: int) -> None:
+        self._ep_ids[i] = self.worker_index * _EPISODE_ID_STRIDE + self._next_episode
+        self._next_episode += 1
+        self._ep_ret[i] = 0.0
+        self._ep_start[i] = self._vec_steps
+
+    def _fit_obs(self, out: np.ndarray, i: int, obs: Any, what: str) -> None:
+        """Write `obs` into out[i] through the encoder, whose reshape refuses an observation
+        of the wrong size (a plain row assignment would broadcast a 1-element one, so the
+        step loops' fast paths take only rows of the right length): a ConfigError (a
+        ValueError) naming the sub-env and the space."""
+        try:
+            self.encoder.write(out, i, obs)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"sub-env {i}: {what} returned an observation that does not fit the "
+                              f"observation space (shape {self.spec.obs_shape}): {e}") from e
+
+    def _write_obs(self, out: np.ndarray, i: int, obs: Any) -> None:
+        """A reset's observation into out[i]: a plain row assignment when it is a row of the
+        right length (never a broadcast, as in the step loops), else through the encoder;
+        SubEnvError if it holds NaN or inf."""
+        direct = False
+        if self._row_obs:
+            try:
+                direct = len(obs) == self._obs_dim
+                if direct:
+                    out[i] = obs
+            except (ValueError, TypeError):  # a scalar, a ragged or wrong-shaped object
+                direct = False
+        if not direct:
+            self._fit_obs(out, i, obs, "reset")
+        row = out[i]
+        if not math.isfinite(sq_sum(row, row)) and not np.isfinite(row).all():
+            raise SubEnvError(i, "observation contains NaN or inf")
+
+    def _reset_env(self, i: int, out: np.ndarray) -> None:
+        """Reset sub-env i into out[i], recreating it if it fails and restarts are on."""
+        self._watchdog.stamp = time.monotonic()  # each (remote: bounded) reset is progress
+        try:
+            seed = None if self._seeded[i] else self._env_seed(i)
+            self._write_obs(out, i, self._envs[i].reset(seed=seed))
+        except SubEnvError as e:
+            self._reset_failed(i, out, e)
+        self._new_episode(i)
+
+    def _reset_failed(self, i: int, out: np.ndarray, error: SubEnvError) -> None:
+        """Sub-env i's reset failed: recreate it (restarts on) or mark it broken and raise."""
+        if not self.restart_sub_envs:
+            self._broken.add(i)
+            raise error
+        self._restart_env(i, out, error)
+
+    def _restart_env(self, i: int, out: np.ndarray, cause: SubEnvError) -> None:
+        """Replace sub-env i with a fresh one and reset it into out[i]."""
+        last: BaseException = cause
+        for _ in range(self.max_restart_attempts):
+            self._watchdog.stamp = time.monotonic()  # each attempt is bounded on its own
+            self.num_sub_env_restarts += 1
+            self._restarts_of[i] += 1
+            try:
+                self._envs[i].close()
+            except Exception:
+                pass
+            try:
+                self._envs[i] = self._create(i)
+                self._write_obs(out, i, self._envs[i].reset(seed=self._env_seed(i)))
+                return
+            except (SubEnvError, ConfigError) as e:
+                last = e
+        self._broken.add(i)
+        raise SubEnvError(
+            i, f"could not be restarted after {self.max_restart_attempts} attempts: {last}"
+        ) from last
+
+    def _full_reset(self) -> None:
+        """Rebuild broken sub-envs and start fresh episodes in all of them."""
+        for i in sorted(self._broken):
+            try:
+                self._envs[i].close()
+            except Exception:
+                pass
+            self._envs[i] = self._create(i)
+            self._watchdog.stamp = time.monotonic()  # each env rebuilt is progress
+        self._broken.clear()
+        for i in range(self.num_envs):
+            self._reset_env(i, self._obs)
+        self._needs_reset = False
+
+    def _close_envs(self) -> None:
+        for env in self._envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------------ stepping
+
+    def _step_fns(self) -> list:
+        """The gymnasium `step` of each in-process sub-env, called directly in the hot
+        loop (exceptions are turned into SubEnvError there)."""
+        return [env.env.step for env in self._envs] if not self.remote_envs else []
+
+    def _reset_fns(self) -> list | None:
+        """The gymnasium `reset` of each in-process sub-env, for the vector step's resets
+        at episode ends (None for a sub-env still owed its seeded first reset, which
+        `_reset_env` does; no list for sub-env processes)."""
+        if self.remote_envs:
+            return None
+        seeded = self._seeded if self._seed is not None else [True] * self.num_envs
+        return [env.env.reset if seeded[i] else None for i, env in enumerate(self._envs)]
+
+    def _step_remote(
+        self,
+        env_actions: list,
+        nxt: np.ndarray,
+        rew_l: list,
+        term_l: list,
+        trunc_l: list,
+        failed: dict[int, SubEnvError],
+    ) -> None:
+        """Start every child's step, then collect them (children step in parallel)."""
+        envs = self._envs
+        wd, now = self._watchdog, time.monotonic
+        misfit: ConfigError | None = None
+        for i, env in enumerate(envs):
+            try:
+                env.step_start(env_actions[i])
+            except SubEnvError as err:
+                failed[i] = err
+        for i, env in enumerate(envs):
+            rew_l[i] = 0.0
+            term_l[i] = trunc_l[i] = False
+            if i in failed:
+                continue
+            try:
+                o, r, te, tr = env.step_finish()
+            except SubEnvError as err:
+                failed[i] = err
+                continue
+            finally:
+                wd.stamp = now()  # each answer (or timeout) of a child is progress
+            try:
+                self._fit_obs(nxt, i, o, "step")
+            except ConfigError as err:  # raised once every child's answer is read (in step)
+                misfit = misfit or err
+            rew_l[i] = r
+            term_l[i] = te
+            trunc_l[i] = tr
+        if misfit is not None:
+            raise misfit
+
+    # ------------------------------------------------------------------ failures and episode ends
+
+    def _find_nan(self, nxt: np.ndarray, rew: list, failed: dict[int, SubEnvError]) -> None:
+        for i in range(self.num_envs):
+            if i in failed:
+                continue
+            if not math.isfinite(rew[i]):
+                failed[i] = SubEnvError(i, "returned NaN or inf as its reward")
+            elif not np.isfinite(nxt[i]).all():
+                failed[i] = SubEnvError(i, "returned NaN or inf in its observation")
+
+    def _handle_failures(
+        self,
+        failed: dict[int, SubEnvError],
+        nxt: np.ndarray,
+        rew: list,
+        term: list,
+        trunc: list,
+    ) -> None:
+        if not self.restart_sub_envs:
+            self._broken.update(failed)
+            self._needs_reset = True
+            raise next(iter(failed.values()))
+        for i, err in failed.items():
+            rew[i] = 0.0
+            term[i] = False
+            trunc[i] = True
+            self._ep_ret[i] = math.nan  # marks the episode as cut: never reported
+            self._restart_env(i, nxt, err)
+
+    def _end_episodes(
+        self,
+        idx: list[int],
+        failed: dict[int, SubEnvError],
+        nxt: np.ndarray,
+        term: list,
+        trunc: list,
+        b_tval: np.ndarray | None,
+        t: int,
+        resets: list | None = None,
+    ) -> None:
+        """Finish the episodes of sub-envs `idx` at step `t` (bootstrap values of truncated
+        ones into `b_tval[t]` when recording) and reset them into `nxt`, except those the
+        vector step reset already (`resets`: (sub-env, outcome), see `vector_step`)."""
+        if b_tval is not None and True in trunc:  # (only ended or failed sub-envs are flagged)
+            boot = [i for i in idx if trunc[i] and not term[i] and i not in failed]
+            if boot:
+                finals = self.filter(nxt[boot], update=False)
+                b_tval[t, boot] = self._values(finals)
+        vec_steps, ep_ret, ep_start = self._vec_steps, self._ep_ret, self._ep_start
+        returns, lengths, reset = self._done_returns, self._done_lengths, self._reset_env
+        done = dict(resets) if resets else _NO_RESETS
+        for i in idx:
+            if failed and i in failed:
+                self._new_episode(i)
+                continue
+            returns.append(float(ep_ret[i]))
+            lengths.append(vec_steps - ep_start[i])
+            self.episodes_total += 1
+            if i not in done:
+                reset(i, nxt)
+                continue
+            outcome = done[i]
+            if outcome is not None:  # as `_reset_env` would have failed
+                self._reset_failed(i, nxt, reset_error(i, outcome) if outcome is not False
+                                   else SubEnvError(i, "observation contains NaN or inf"))
+            self._new_episode(i)
+
+    def _take_episodes(self) -> dict[str, np.ndarray]:
+        out = {
+            "returns": np.asarray(self._done_returns, np.float64),
+            "lengths": np.asarray(self._done_lengths, np.int64),
+        }
+        self._done_returns = []
+        self._done_lengths = []
+        return out
