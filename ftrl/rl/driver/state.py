@@ -53,8 +53,8 @@ from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
 from ftrl.rl.driver.checkpoint import CheckpointManager
 from ftrl.rl.driver.state_writer import load_state_file
-from ftrl.rl.spaces import SpaceSpec
 from ftrl.rl.rng_state import global_rng_from_wire, global_rng_to_wire
+from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.run_dir import CHECKPOINT_DIR, DRIVER_STATE_FILE, LEARNER_STATE_FILE
 from ftrl.wire.errors import ConfigError
 

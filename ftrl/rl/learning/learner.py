@@ -40,13 +40,13 @@ from ftrl.config.registry import config_from_dict
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.shards import split_fragments
 from ftrl.rl.models.actor_critic import ActorCritic
-from ftrl.rl.spaces import SpaceSpec
 from ftrl.rl.rng_state import (
     bitgen_state_from_wire,
     bitgen_state_to_wire,
     torch_rng_from_wire,
     torch_rng_to_wire,
 )
+from ftrl.rl.spaces import SpaceSpec
 
 Fragments = Sequence[dict[str, np.ndarray]]
 
