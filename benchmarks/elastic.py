@@ -25,6 +25,7 @@ from common import emit, env_with_repo, summary
 
 import ftrl
 from ftrl.client.cluster import LocalCluster
+from ftrl.rl.algorithms.ppo import PPO
 from ftrl.rl.learning.learner_group import LearnerGroup
 from ftrl.rl.sampling.env_factory import probe_spaces
 from ftrl.rl.spaces import space_spec
@@ -69,7 +70,7 @@ def main() -> None:
     kills, joins, warmups, updates, fulls = [], [], [], [], []
     with LocalCluster(workers=1, slots=8, spares=2, env=env_with_repo(), log_level="WARNING") as cluster:
         client = cluster.client()
-        group = LearnerGroup(client, cfg, job_name="elastic", space_spec=spec)
+        group = LearnerGroup(client, cfg, job_name="elastic", space_spec=spec, learner_class=PPO.learner_class_path)
         group.start()
         group.update(batch)
         params = int(group.get_weights()[1].size)
@@ -124,7 +125,8 @@ def main() -> None:
         for rnd in range(2):
             t0 = time.perf_counter()
             group.stop(kill=True)
-            fresh = LearnerGroup(client, cfg, job_name=f"full{rnd}", space_spec=spec)
+            fresh = LearnerGroup(client, cfg, job_name=f"full{rnd}", space_spec=spec,
+                                 learner_class=PPO.learner_class_path)
             fresh.start()
             fresh.set_state(state)
             fresh.update(batch)

@@ -24,8 +24,7 @@ from ftrl.wire.errors import ConfigError
 
 @dataclass
 class PPOTrainingConfig(TrainingConfig):
-    """PPO's hyperparameters, over the training base (lr, gamma, train_batch_size,
-    grad_clip, model)."""
+    """PPO's hyperparameters, besides the shared lr, gamma, train_batch_size, grad_clip, model."""
 
     lr_schedule: list | None = option(  # noqa: RUF009
         None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",

@@ -17,6 +17,7 @@ import pytest
 
 import ftrl
 from ftrl.config import StopCriteria
+from ftrl.rl.algorithms.ppo import PPO
 from ftrl.rl.learning.learner_group import LEARNER_CLASS
 from ftrl.wire.errors import ActorStartError
 from tests.cluster import new_cluster, wait_until
@@ -188,10 +189,14 @@ def test_a_learner_with_another_model_is_refused(client):
     try:
         algo.train()
         other = _config(1).training(model={"fcnet_hiddens": [8]}).to_dict()
+        kwargs = {"config": other, "space_spec": algo.spec.to_dict(), "learner_class": PPO.learner_class_path}
         with pytest.raises(ActorStartError, match="refused"):
-            client.create_actor(LEARNER_CLASS, name="cfg/learner/7", max_restarts=0,
-                                kwargs={"config": other, "space_spec": algo.spec.to_dict()},
+            client.create_actor(LEARNER_CLASS, name="cfg/learner/7", max_restarts=0, kwargs=kwargs,
                                 resources={"cpu": 0.5})
+        # the learner is the algorithm's: a learner actor without one is a clear error, no default
+        with pytest.raises(ActorStartError, match="needs learner_class"):
+            client.create_actor(LEARNER_CLASS, name="cfg/learner/8", max_restarts=0,
+                                kwargs={**kwargs, "learner_class": ""}, resources={"cpu": 0.5})
         assert algo.train()["num_learners"] == 1
     finally:
         algo.stop()
