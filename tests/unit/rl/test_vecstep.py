@@ -212,6 +212,7 @@ def test_base_exceptions_propagate():
                                          (1.0, np.array([0.0, np.nan, 0.0])),
                                          (np.float32(np.inf), np.ones(3)),
                                          (1.0, np.array([1e39, 0.0, 0.0]))])  # inf as float32
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # numpy's, on 1e39
 def test_non_finite_rewards_or_observations_clear_finite(reward, obs):
     r = _call([Scripted((np.zeros(3), 1.0, False, False, {})), Scripted((obs, reward, False, False, {}))])
     assert r["finite"] is False
