@@ -18,7 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: module of an old import path -> its module now (checked only when the old one is gone)
+#: module of an old import path -> where its objects are now (none of the old modules
+#: defines anything any more: ftrl.rl.driver is a package whose modules hold the code)
 MOVED_MODULES = {
     "ftrl.rl.driver": "ftrl.rl.driver.actor",  # a package now: AlgorithmDriver is in .actor
     "ftrl.rl.env_runner": "ftrl.rl.sampling.env_runner",
@@ -46,9 +47,7 @@ def split_import_path(path: str) -> tuple[str, list[str]]:
 def import_object(path: str) -> Any:
     """The object that "package.module:Name" (or "...:Outer.Inner") names."""
     module_name, parts = split_import_path(path)
-    moved = MOVED_MODULES.get(module_name)
-    if moved is not None and not _has_attribute(module_name, parts[0]):
-        module_name = moved
+    module_name = MOVED_MODULES.get(module_name, module_name)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
@@ -61,13 +60,6 @@ def import_object(path: str) -> Any:
             raise ImportError(f"{where!r} has no attribute {part!r} (import path {path!r})") from None
     return obj
 
-
-def _has_attribute(module_name: str, name: str) -> bool:
-    """Whether `module_name` still imports and has `name` (an old path that still works)."""
-    try:
-        return hasattr(importlib.import_module(module_name), name)
-    except ImportError:
-        return False
 
 
 def import_class(path: str) -> type:

@@ -59,3 +59,15 @@ def test_local_client_and_actor_host_use_it():
     assert local_client._construct("collections:OrderedDict", {}) == collections.OrderedDict()
     with pytest.raises(TypeError, match="not a class"):
         local_client._construct("os.path:join", {})
+
+
+@pytest.mark.parametrize("old, new", [
+    ("ftrl.rl.driver:AlgorithmDriver", "ftrl.rl.driver.actor:AlgorithmDriver"),
+    ("ftrl.rl.env_runner:EnvRunner", "ftrl.rl.sampling.env_runner:EnvRunner"),
+    ("ftrl.rl.learner_actor:LearnerActor", "ftrl.rl.learning.learner_actor:LearnerActor"),
+    ("ftrl.rl.learner:PPOLearner", "ftrl.rl.algorithms.ppo:PPOLearner"),
+    ("ftrl.rl.testing_envs:FlakyEnv", "ftrl.testing.envs:FlakyEnv"),
+])
+def test_class_paths_of_the_layout_before_the_rl_restructure_still_resolve(old, new):
+    """Coordinator records, learner kwargs and users' job files written before the move."""
+    assert import_object(old) is import_object(new)

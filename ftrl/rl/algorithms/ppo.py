@@ -72,6 +72,8 @@ def train_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, spec
                 device: torch.device) -> dict[str, torch.Tensor]:
     """The valid steps of all fragments as flat tensors: obs, actions, logp, values,
     adv (GAE), returns (value targets). Empty tensors when there are none."""
+    if not fragments:
+        return _empty_batch(spec, device)
     lam = hp.lambda_ if hp.use_gae else 1.0
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "logp", "values", "adv", "returns")}
     for frag in fragments:
@@ -85,8 +87,6 @@ def train_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, spec
         parts["values"].append(frag["values"].reshape(-1)[valid])
         parts["adv"].append(adv.reshape(-1)[valid])
         parts["returns"].append(ret.reshape(-1)[valid])
-    if not fragments:
-        return _empty_batch(spec, device)
     int_actions = spec.act_kind == "discrete"
     return {key: torch.from_numpy(np.ascontiguousarray(np.concatenate(arrays, axis=0),
                                                        dtype=np.int64 if key == "actions" and int_actions else np.float32)).to(device)

@@ -182,6 +182,7 @@ class Learner:
         return grad_norm
 
     def set_lr(self, lr: float) -> None:
+        """The optimizer's learning rate from now on (schedules set it per update)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 

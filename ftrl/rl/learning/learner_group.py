@@ -65,9 +65,6 @@ MAX_START_FAILURES = 5
 LEARNER_START_TIMEOUT_S = 300.0
 
 
-
-
-
 class LearnerGroupError(FtrlError):
     """The learner mesh cannot go on (out of learners, out of time, a failing learner)."""
 
@@ -87,8 +84,6 @@ def _remote_kind(error: BaseException) -> str:
     if isinstance(error, ActorError):
         return error.remote_type.rsplit(".", 1)[-1]
     return type(error).__name__
-
-
 
 
 class LearnerGroup(ActorGroup):
@@ -112,8 +107,7 @@ class LearnerGroup(ActorGroup):
         self.learner_cls = import_class(learner_class)
         self.config_hash = self.learner_cls.mesh_config_hash(cfg_dict, space_spec)
         kwargs = {"config": cfg_dict, "space_spec": space_spec, "group": f"{job_name}/learner",
-                  "config_hash": self.config_hash}
-        kwargs["learner_class"] = learner_class
+                  "config_hash": self.config_hash, "learner_class": learner_class}
         resources = {"cpu": float(lrn.num_cpus_per_learner)}
         if lrn.num_gpus_per_learner:
             resources["gpu"] = float(lrn.num_gpus_per_learner)
