@@ -7,6 +7,7 @@ Cut episodes (sub-env failures) never enter the window.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -96,14 +97,22 @@ class MetricsLog:
         self.append_many([result])
 
     def append_many(self, results: Iterable[Mapping[str, Any]]) -> None:
-        """Append rows, in order, with one fsync."""
+        """Append rows, in order, with one fsync: all of them or none (a write or fsync
+        that fails, e.g. on a full disk, is cut back off, so a retry never repeats a row
+        or leaves a torn one in the middle of the file)."""
         text = _lines(json_safe(r) for r in results)
         if not text:
             return
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            size = f.seek(0, os.SEEK_END)
+            try:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path, size)
+                raise
 
     def last(self) -> dict[str, Any] | None:
         """The well-formed row with the highest iteration, or None."""

@@ -99,6 +99,37 @@ def test_a_failed_write_is_logged_and_the_next_state_goes_on(tmp_path, monkeypat
     writer.close()
 
 
+def test_a_row_append_that_fails_after_writing_leaves_no_row_and_no_torn_line(tmp_path, monkeypatch):
+    """A full disk can fail the fsync (or a write half way) after bytes reached the file:
+    the append is cut back off, so the writer's retry neither repeats a row nor leaves a
+    torn line in the middle of metrics.jsonl."""
+    from ftrl.rl.driver import metrics
+    from tests.cluster import wait_until
+
+    real_fsync = metrics.os.fsync
+    disk_full = threading.Event()
+
+    def flaky_fsync(fd):
+        if disk_full.is_set() and metrics.os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl"):
+            disk_full.clear()
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(metrics.os, "fsync", flaky_fsync)
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    writer = StateWriter(tmp_path, log).start()
+    writer.submit(1, _state(1), {"iteration": 1})
+    assert writer.flush(30)
+    disk_full.set()  # the append of row 2 writes its bytes, then its fsync fails
+    writer.submit(2, _state(2), {"iteration": 2})
+    wait_until(lambda: writer.failures == 1, 10, what="the failed append")
+    writer.submit(3, _state(3), {"iteration": 3})
+    assert writer.flush(30)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    writer.close()
+
+
 def test_a_learner_state_that_must_be_fetched_goes_after_the_row(tmp_path):
     order: list[str] = []
     writer = StateWriter(tmp_path, MetricsLog(tmp_path / "metrics.jsonl"),
