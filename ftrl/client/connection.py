@@ -6,6 +6,7 @@ Every other client module builds on `Connection`; it imports none of them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any, Self
 
@@ -21,6 +22,9 @@ from ftrl.wire.security import CALLER_HEADER, Security, discover_token, secure_c
 DEFAULT_ADDRESS = "127.0.0.1:6380"
 CONTROL_TIMEOUT_S = 10.0
 _CONTROL_RECV = 64 << 20
+#: How long calls in flight on a dropped actor channel may take to end on their own
+#: before it is closed under them (then they fail as ActorUnavailableError).
+DROPPED_CHANNEL_GRACE_S = 120.0
 
 
 def default_address() -> str:
@@ -65,6 +69,7 @@ class Connection:
         self._channel: aio.Channel | None = None
         self._stub: pb_grpc.CoordinatorStub | None = None
         self._actor_channels: dict[str, tuple[aio.Channel, pb_grpc.ActorStub]] = {}
+        self._dropped: dict[asyncio.Task, aio.Channel] = {}  # dropped channels still closing
         # (actor, method) pairs whose replies were large: those calls stream.
         self.large_replies: set[tuple[str, str]] = set()
 
@@ -94,10 +99,15 @@ class Connection:
         return entry[1]
 
     async def drop_actor_channel(self, address: str) -> None:
-        """Close the channel to `address` (the next call opens a fresh one)."""
+        """Forget the channel to `address` after a call on it failed: the next call opens a
+        fresh one. Calls still in flight on it end on their own (a dead actor's fail by
+        themselves, a live one's answer); the channel closes once they are done, or after
+        DROPPED_CHANNEL_GRACE_S."""
         entry = self._actor_channels.pop(address, None)
         if entry is not None:
-            await entry[0].close()
+            task = asyncio.get_running_loop().create_task(entry[0].close(grace=DROPPED_CHANNEL_GRACE_S))
+            self._dropped[task] = entry[0]
+            task.add_done_callback(lambda t: self._dropped.pop(t, None))
 
     async def _rpc(self, name: str, request: Any, timeout: float | None = None) -> Any:
         """Coordinator method `name`(request); gRPC errors become ftrl errors."""
@@ -108,10 +118,14 @@ class Connection:
             raise error_from_rpc(e, f"coordinator at {self.address}") from None
 
     async def close(self) -> None:
-        """Close every channel."""
+        """Close every channel (dropped ones still closing too, at once)."""
         for channel, _ in list(self._actor_channels.values()):
             await channel.close()
         self._actor_channels.clear()
+        for task, channel in list(self._dropped.items()):
+            task.cancel()
+            await channel.close()
+        self._dropped.clear()
         if self._channel is not None:
             await self._channel.close()
             self._channel, self._stub = None, None

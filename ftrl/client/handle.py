@@ -304,10 +304,11 @@ class AsyncActorHandle:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # our caller cancelled us
-            # gRPC cancels the calls of a channel that is closed under them: another call to
-            # this address failed and dropped it. The actor is unreachable, not our caller gone.
+            # gRPC cancels the calls of a channel closed under them (the client closing, or
+            # a channel dropped after a failed call whose grace ran out): the actor is
+            # unreachable to this call, not our caller gone.
             raise ActorUnavailableError(f"call {self.name}.{method}() was cut: the channel to "
-                                        f"{address} closed after another call to it failed") from None
+                                        f"{address} closed under it") from None
         except InvalidArgumentError as e:
             raise ActorUnavailableError(f"reply from {self.name}.{method}() was cut: {e}") from None
         except grpc.RpcError as e:

@@ -1,7 +1,8 @@
-"""A call whose channel is closed under it (another call to the same address failed and
-dropped the channel) fails with ActorUnavailableError, like any lost connection; it is
-never a bare CancelledError, which callers gathering futures do not expect. A caller that
-cancels its own call still gets CancelledError."""
+"""A call to an address whose channel another failed call dropped is not cut: the channel
+closes only once its calls are done (or after a grace). A call whose channel is closed
+under it fails with ActorUnavailableError, like any lost connection, never a bare
+CancelledError, which callers gathering futures do not expect. A caller that cancels its
+own call still gets CancelledError."""
 
 from __future__ import annotations
 
@@ -59,14 +60,33 @@ def _handle(client: AsyncClient, address: str) -> AsyncActorHandle:
     return AsyncActorHandle(client, "c", info, strict=True, timeout=10.0)
 
 
-async def test_a_call_cut_by_a_dropped_channel_is_unavailable_not_cancelled(served):
+async def test_a_call_in_flight_on_a_dropped_channel_ends_on_its_own_result(served):
+    """Another call to the same address failed and dropped the channel: the calls still in
+    flight on it are not cut (a live actor answers them), and the next call opens a new one."""
     client = AsyncClient("127.0.0.1:1", security=Security())
     try:
         handle = _handle(client, served.address)
         assert await handle.call("incr", 2) == 2  # the channel is up
-        slow = asyncio.ensure_future(handle.call("sleep", 5.0))
+        slow = asyncio.ensure_future(handle.call("sleep", 0.5))
         await served.wait_sleeping()  # the call is in flight
         await client.drop_actor_channel(served.address)
+        assert await handle.call("incr", 1) == 3  # on a fresh channel, at once
+        assert await asyncio.wait_for(slow, 10.0) == 0.5
+    finally:
+        await client.close()
+
+
+async def test_a_call_cut_by_a_closed_channel_is_unavailable_not_cancelled(served):
+    """A channel closed under a call (the client closing, or a dropped channel's grace
+    over): ActorUnavailableError, never a bare CancelledError."""
+    client = AsyncClient("127.0.0.1:1", security=Security())
+    try:
+        handle = _handle(client, served.address)
+        assert await handle.call("incr", 2) == 2
+        slow = asyncio.ensure_future(handle.call("sleep", 5.0))
+        await served.wait_sleeping()
+        channel, _ = client._actor_channels[served.address]
+        await channel.close()
         with pytest.raises(ActorUnavailableError, match=r"channel to .* closed"):
             await asyncio.wait_for(slow, 5.0)
         assert not slow.cancelled()
