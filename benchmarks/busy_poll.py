@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import throughput  # noqa: E402
 
 from ftrl.client.cluster import LocalCluster  # noqa: E402
-from ftrl.rl.sampling.runner_group import _channel_token  # noqa: E402
+from ftrl.rl.sampling.runner_channels import channel_token as _channel_token  # noqa: E402
 from ftrl.rl.sampling.sample_plane import SampleChannel  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 from ftrl.config import PPOConfig
-from ftrl.rl.sampling.runner_group import _channel_token
+from ftrl.rl.sampling.runner_channels import channel_token as _channel_token
 from ftrl.rl.sampling.sample_plane import SampleChannel
 from ftrl.wire.errors import ActorUnavailableError
 from tests.cluster import wait_until

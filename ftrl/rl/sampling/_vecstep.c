@@ -407,7 +407,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ftrl.rl.sampling._vecstep",
-    "The EnvRunner's vector step below Python (see ftrl/rl/_vecstep.c).", -1, methods,
+    "The EnvRunner's vector step below Python (see ftrl/rl/sampling/_vecstep.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

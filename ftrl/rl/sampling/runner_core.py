@@ -184,15 +184,22 @@ class RunnerGroupCore(ActorGroup):
     def _plane(self, node: Any) -> None:
         self._weights.plane = node
 
-    @property
-    def _relay(self) -> bool:
-        return self._weights.relay
-
-    @_relay.setter
-    def _relay(self, on: bool) -> None:
-        self._weights.relay = on
-
     # ------------------------------------------------------------------ results
+
+    def _finished(self, slot: RunnerSlot, what: str) -> dict[str, Any] | None:
+        """The result of `slot`'s finished request (the slot is idle after), or None when
+        it failed: the request counted lost and the runner's failure handled."""
+        fut = slot.inflight
+        assert fut is not None and fut.done()
+        slot.inflight = None
+        try:
+            result = fut.result()
+        except FtrlError as e:
+            self.num_samples_lost += 1
+            self._on_failure(slot, e, what)
+            return None
+        slot.consecutive_failures = 0
+        return result
 
     def _take(self, result: dict[str, Any], out: list[dict[str, Any]], current_version: int, late: bool,
               slot: RunnerSlot | None = None) -> int:

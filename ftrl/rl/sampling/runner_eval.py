@@ -44,16 +44,11 @@ class Evaluation(RunnerGroupCore):
 
     def _collect_eval(self, slot: RunnerSlot, out: list[dict[str, Any]]) -> None:
         """Take `slot`'s finished evaluation: into `out`, dropped (counted) if it was late."""
-        fut = slot.inflight
-        slot.inflight = None
-        try:
-            result = fut.result()
-        except FtrlError as e:
-            self.num_samples_lost += 1
-            self._on_failure(slot, e, "evaluate")
+        late = slot.inflight_late
+        result = self._finished(slot, "evaluate")
+        if result is None:
             return
-        slot.consecutive_failures = 0
-        if slot.inflight_late:
+        if late:
             self.num_samples_dropped += 1
             return
         out.append(result)

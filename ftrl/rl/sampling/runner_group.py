@@ -48,20 +48,11 @@ import logging
 from typing import Any
 
 from ftrl.rl.actor_group import ActorSlot, describe_error
-from ftrl.rl.sampling.runner_channels import channel_token as _channel_token
 from ftrl.rl.sampling.runner_channels import close_channel
-from ftrl.rl.sampling.runner_core import (
-    ENV_RUNNER_CLASS,
-    EnvRunnerFailureError,
-    Recovered,
-    RunnerSlot,
-    weights_fresh,
-)
+from ftrl.rl.sampling.runner_core import EnvRunnerFailureError, RunnerSlot
 from ftrl.rl.sampling.runner_eval import Evaluation
 from ftrl.rl.sampling.runner_scale import Scaling
-from ftrl.rl.sampling.sample_rounds import Harvest, SampleRound, SampleRounds
-from ftrl.rl.weights.sync import PLANE_MIN_BYTES
-from ftrl.rl.weights.tree import build_weights_tree
+from ftrl.rl.sampling.sample_rounds import Harvest, SampleRounds
 from ftrl.wire.errors import (
     ActorUnavailableError,
     FtrlError,
@@ -69,19 +60,7 @@ from ftrl.wire.errors import (
     StaleIncarnationError,
 )
 
-__all__ = [
-    "ENV_RUNNER_CLASS",
-    "PLANE_MIN_BYTES",
-    "EnvRunnerFailureError",
-    "EnvRunnerGroup",
-    "Harvest",
-    "Recovered",
-    "RunnerSlot",
-    "SampleRound",
-    "_channel_token",
-    "build_weights_tree",
-    "weights_fresh",
-]
+__all__ = ["EnvRunnerFailureError", "EnvRunnerGroup", "Harvest", "RunnerSlot"]
 
 log = logging.getLogger(__name__)
 

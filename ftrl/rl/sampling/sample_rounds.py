@@ -159,12 +159,17 @@ class SampleRounds(RunnerGroupCore):
         return SampleRound(results=results, env_steps=used)
 
     def wait_any(self, timeout_s: float) -> bool:
-        """Wait up to `timeout_s` until a request in flight is done (for a `harvest()`
-        loop that has nothing to do meanwhile); True when one is, False when none is out
-        or none finished in time."""
+        """Wait up to `timeout_s` until a request in flight or a runner's recovery is done
+        (for a `harvest()` loop that has nothing to do meanwhile): True when one is, False
+        after `timeout_s`. With nothing out at all (every runner down, none recovering)
+        it sleeps `timeout_s`: a harvest loop never spins."""
         futs = [s.inflight for s in self.slots if s.inflight is not None]
         futs += [s.inflight for s, _ in self._retiring if s.inflight is not None]
-        return bool(futs) and bool(wait_first(futs, timeout_s))
+        futs += [s.recovery for s in self.slots if s.recovery is not None and not s.recovery.done()]
+        if not futs:
+            time.sleep(timeout_s)
+            return False
+        return bool(wait_first(futs, timeout_s))
 
     def in_flight(self) -> int:
         """Requests out now (late ones and those of runners scaled away included)."""
@@ -174,16 +179,9 @@ class SampleRounds(RunnerGroupCore):
 
     def _collect(self, slot: RunnerSlot, out: list[dict[str, Any]], current_version: int) -> int:
         """Take a finished in-flight request of `slot`; return env steps used."""
-        fut = slot.inflight
-        assert fut is not None and fut.done()
-        slot.inflight = None
-        try:
-            result = fut.result()
-        except FtrlError as e:
-            self.num_samples_lost += 1
-            self._on_failure(slot, e, "sample")
+        result = self._finished(slot, "sample")
+        if result is None:
             return 0
-        slot.consecutive_failures = 0
         if slot.inflight_kind == "sample":
             slot.fragment_steps = int(result.get("env_steps", 0)) or slot.fragment_steps
         steps = self._take(result, out, current_version, slot.inflight_late, slot)

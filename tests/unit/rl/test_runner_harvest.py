@@ -61,8 +61,8 @@ def test_harvest_never_loses_or_double_counts_a_fragment():
             results += got.results
             requested += got.num_requested
             steps += got.env_steps
-            assert got.num_lost == 0 and got.num_in_flight == group.in_flight() <= 3
-            time.sleep(0.01)
+            assert got.num_lost == 0 and got.num_in_flight <= 3
+            group.wait_any(1.0)
         in_flight = {s.name: s.inflight is not None for s in group.slots}
         assert requested == len(results) + sum(in_flight.values())
         assert steps == 16 * len(results)
@@ -91,7 +91,7 @@ def test_a_runner_killed_between_harvests_is_restarted_and_its_lost_request_coun
             harvests.append(got)
             if any(r["runner"] == "t/env_runner/0" for r in got.results):
                 break
-            time.sleep(0.02)
+            group.wait_any(1.0)  # wakes on a sample, or on runner 0's recovery
         assert sum(h.num_lost for h in harvests) == 1 == group.num_samples_lost
         assert harvests[0].num_lost == 1  # found at the first harvest after the kill, once
         back = [r for h in harvests for r in h.results if r["runner"] == "t/env_runner/0"]
@@ -120,18 +120,31 @@ def test_fragments_sampled_with_older_weights_are_harvested_as_dropped_and_count
         group.stop()
 
 
-def test_wait_any_returns_once_a_request_is_done_and_at_once_when_none_is_out():
+def test_wait_any_returns_once_a_request_or_a_recovery_is_done_and_never_spins():
     with LocalClient() as client:
         group = _group(client, _config())
         group.sync_weights(0, _weights())
         t0 = time.monotonic()
-        assert not group.wait_any(5.0) and time.monotonic() - t0 < 1.0  # nothing in flight
+        assert not group.wait_any(0.3)  # nothing out: it sleeps its timeout, a loop never spins
+        assert 0.3 <= time.monotonic() - t0 < 2.0
         for name in ("t/env_runner/0", "t/env_runner/1"):
             client.delay_calls(name, 0.3)
         group.harvest()
         assert not group.wait_any(0.05)
         assert group.wait_any(10.0) and any(s.inflight.done() for s in group.slots)
         assert group.harvest().results
+        # every runner down and recovering, nothing in flight: it wakes when a recovery is done
+        _until(lambda: all(s.inflight is None or s.inflight.done() for s in group.slots))
+        group.harvest()
+        _until(lambda: all(s.inflight is None or s.inflight.done() for s in group.slots))
+        group.harvest()  # (collects, asks again)
+        for name in ("t/env_runner/0", "t/env_runner/1"):
+            client.crash_actor(name)
+        _until(lambda: all(s.inflight is None or s.inflight.done() for s in group.slots))
+        assert group.harvest().num_lost == 2
+        assert group.in_flight() == 0 and any(s.recovery is not None for s in group.slots)
+        assert group.wait_any(10.0)
+        _until(lambda: group.harvest().num_requested > 0 or group.in_flight() > 0)
         group.stop()
 
 

@@ -390,7 +390,7 @@ def test_closing_a_channel_fails_the_reply_a_thread_is_waiting_for(server):
 def test_an_in_process_runner_has_no_channel_and_the_group_samples_by_rpc():
     from ftrl.config import PPOConfig
     from ftrl.rl.sampling.env_runner import EnvRunner
-    from ftrl.rl.sampling.runner_group import _channel_token
+    from ftrl.rl.sampling.runner_channels import channel_token as _channel_token
     from tests.local_client import LocalClient
 
     cfg = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=1, rollout_fragment_length=4)
