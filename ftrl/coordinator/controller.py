@@ -150,7 +150,7 @@ class Controller(ClusterState, Membership, Placement, Failover):
         self.jobs = JobTable(JobHost(
             actors=self.actors, events=self.events,
             get_or_create_actor=lambda spec: self._create_actor(spec, get_if_exists=True),
-            kill_actor=lambda name, reason: self._kill_actor(name, reason),
+            kill_actor=self._kill_actor,
             unhealthy_timeout_s=lambda: self.config.job_unhealthy_timeout_s))
         self.restored = self._restore()
         # Records restored: an actor we have no record of is a leftover, stopped. Nothing

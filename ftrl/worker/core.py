@@ -5,9 +5,9 @@ the coordinator link (`link.CoordinatorLink`), the actors' lifecycle
 (`lifecycle.ActorLifecycle`) and the drain (`drain.NodeDrain`); the hang pings
 (`hang.HangWatch`), the GPUs (`gpu_slots.GpuSlots`), the warm processes
 (`processes.SparePool`) and the log server (`logs`) are objects it holds. The three job
-classes work on this one state (so that each can be driven alone on a bare agent, as
-the tests do) and call one another only through the abstract methods below: none of
-them imports another.
+classes are mixins of `NodeAgent` that work on this one state (tests drive them on a
+`NodeAgent.__new__` agent with only the state they need) and call one another only
+through the abstract methods below: none of them imports another.
 """
 
 from __future__ import annotations

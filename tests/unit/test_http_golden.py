@@ -22,6 +22,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -289,17 +290,25 @@ async def _run(tmp: Path) -> dict[str, tuple[bytes, str, str]]:
             idle = None
             if case.variant == "capped":  # the one slot is held by a client that sends nothing
                 idle = await asyncio.open_connection("127.0.0.1", server.port)
-                await asyncio.sleep(0.1)
+                await _until_connections(server, 1)
             try:
                 out[case.name] = await _exchange(server.port, case)
             finally:
                 if idle is not None:
                     idle[1].close()
-                    await asyncio.sleep(0.1)
+                    await _until_connections(server, 0)
     finally:
         for server in servers.values():
             await server.stop()
     return {k: (v, h.c.coordinator_id, str(tmp)) for k, v in out.items()}
+
+
+async def _until_connections(server: HttpServer, n: int, timeout_s: float = 10.0) -> None:
+    """Until the server holds `n` connections (the capped case's one slot taken or free)."""
+    deadline = time.monotonic() + timeout_s
+    while len(server._conns) != n:
+        assert time.monotonic() < deadline, f"the server holds {len(server._conns)} connections, not {n}"
+        await asyncio.sleep(0.005)
 
 
 async def _broken(prefix: str = "") -> bytes:
