@@ -23,6 +23,7 @@ from ftrl.util.runtime import run_async, set_child_subreaper
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire import ftrl_pb2_grpc as pb_grpc
 from ftrl.worker.processes import ActorProcess, OrphanReaper, SparePool, child_pids, parent_pid
+from ftrl.worker.zygote import FORK_TIMEOUT_S
 from tests.cluster import cluster_env
 
 POOL_LOG = "ftrl.worker.processes"
@@ -152,6 +153,45 @@ def test_a_killed_zygote_means_cold_spawns_until_it_is_back(tmp_path, caplog):
     run_async(_pooled(pool, body))
     outages = [r.getMessage() for r in caplog.records if "fork server unavailable" in r.getMessage()]
     assert len(outages) == 1 and "SIGKILL" in outages[0], outages
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T, Z, ...), or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def test_a_hung_zygote_is_killed_at_the_fork_timeout_and_forks_come_back(tmp_path, caplog):
+    """A fork server that hangs (SIGSTOPped) costs one fork timeout: that spare is a cold
+    spawn, the hung zygote is killed, not left stopped, and a new one forks again."""
+    caplog.set_level(logging.INFO, POOL_LOG)
+    pool = SparePool(0, "", tmp_path, cluster_env(), fork_server=True)
+
+    async def body() -> None:
+        first = await pool.acquire()
+        assert first.forked
+        zygote = pool.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGSTOP)
+        t0 = time.monotonic()
+        cold = await pool.acquire()
+        took = time.monotonic() - t0
+        assert not cold.forked
+        assert FORK_TIMEOUT_S - 0.5 <= took < FORK_TIMEOUT_S + 10, took
+        await _until(lambda: _state(zygote) in ("", "Z"))  # killed (the keeper reaps it)
+        await _until(lambda: pool.zygote_pid not in (None, zygote))
+        again = await pool.acquire()
+        assert again.forked
+        for host in (first, cold, again):
+            await host.ready
+            host.close()
+            assert await host.wait() == 0
+
+    run_async(_pooled(pool, body))
+    outages = [r.getMessage() for r in caplog.records if "fork server unavailable" in r.getMessage()]
+    assert len(outages) == 1 and "did not answer" in outages[0], outages
 
 
 def test_orphaned_zombies_are_reaped_and_owned_children_never_are():
