@@ -194,9 +194,10 @@ class Client:
         return self._run(self._aio.submit(config, job_id=job_id, output_dir=output_dir,
                                           resume=resume, stop=stop))
 
-    def job_status(self, job_id: str) -> dict[str, Any]:
-        """The job's record: job_id, stage, iteration, env_steps_sampled, metrics, actors, ..."""
-        return self._run(self._aio.job_status(job_id))
+    def job_status(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """The job's record: job_id, stage, iteration, env_steps_sampled, metrics, actors, ...
+        `timeout`: the call's (default: the client's)."""
+        return self._run(self._aio.job_status(job_id, timeout))
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job the coordinator knows."""

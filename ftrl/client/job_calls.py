@@ -68,11 +68,12 @@ class JobCalls(Connection):
             raise ConfigError(str(e)) from None
         return info.job_id
 
-    async def job_status(self, job_id: str) -> dict[str, Any]:
+    async def job_status(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
         """The job's record: job_id, stage, iteration, env_steps_sampled, metrics (the
         newest row), actors, reason, output_dir, num_env_runners, num_learners,
-        last_checkpoint, seq, ... (NotFoundError if there is none)."""
-        return job_dict(await self._rpc("GetJob", pb.GetJobRequest(job_id=job_id)))
+        last_checkpoint, seq, ... (NotFoundError if there is none). `timeout`: the call's
+        (default: the client's)."""
+        return job_dict(await self._rpc("GetJob", pb.GetJobRequest(job_id=job_id), timeout=timeout))
 
     async def jobs(self) -> list[dict[str, Any]]:
         """Every job the coordinator knows, as `job_status` dicts."""

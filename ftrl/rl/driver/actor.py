@@ -189,21 +189,15 @@ class AlgorithmDriver:
 
     def _known_row(self) -> dict[str, Any] | None:
         """The newest metrics row the coordinator holds for this job (None when it is
-        unreachable within a few seconds, or has none): a resume never goes back past it."""
+        unreachable within KNOWN_ROW_TIMEOUT_S, or has none): a resume never goes back past
+        it, and a coordinator that is away does not hold the resume up."""
         if self.job_client is None or not hasattr(self.job_client, "job_status"):
             return None
-        answer: list[Any] = []
-
-        def ask() -> None:
-            try:
-                answer.append(self.job_client.job_status(self.job_name).get("metrics"))
-            except Exception as e:  # unreachable, no such job (a driver started by hand)
-                log.info("job %s: no record of its progress from the coordinator (%s)", self.job_name, e)
-
-        asking = threading.Thread(target=ask, name="ftrl-known-row", daemon=True)
-        asking.start()
-        asking.join(KNOWN_ROW_TIMEOUT_S)  # a coordinator that is away does not hold the resume
-        row = answer[0] if answer else None
+        try:
+            row = self.job_client.job_status(self.job_name, timeout=KNOWN_ROW_TIMEOUT_S).get("metrics")
+        except Exception as e:  # unreachable, no such job (a driver started by hand)
+            log.info("job %s: no record of its progress from the coordinator (%s)", self.job_name, e)
+            return None
         return row if isinstance(row, dict) and isinstance(row.get("iteration"), int) else None
 
     def _on_row_durable(self, row: dict[str, Any]) -> None:

@@ -251,3 +251,28 @@ def test_an_output_dir_it_cannot_see_resumes_the_counters_from_the_coordinators_
     assert result["time_s"] >= 9.5
     algo.stop()
     assert [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [41]
+
+
+def test_a_coordinator_that_does_not_answer_holds_a_resuming_driver_for_its_bound_only():
+    """The driver restarts while the coordinator is away (here: a port that takes the
+    connection and never speaks, as a SIGSTOPped coordinator does): its question for the
+    newest row the coordinator holds gives up after KNOWN_ROW_TIMEOUT_S, and the resume
+    goes on from the newest state on disk."""
+    import socket
+
+    from ftrl.client.client import Client
+    from ftrl.rl.driver.actor import KNOWN_ROW_TIMEOUT_S, AlgorithmDriver
+    from ftrl.wire.security import Security
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    client = Client(f"127.0.0.1:{silent.getsockname()[1]}", security=Security())
+    try:
+        driver = SimpleNamespace(job_client=client, job_name="away")
+        t0 = time.monotonic()
+        assert AlgorithmDriver._known_row(driver) is None
+        assert time.monotonic() - t0 < KNOWN_ROW_TIMEOUT_S + 5
+    finally:
+        client.close()
+        silent.close()
