@@ -371,11 +371,16 @@ def _runner(env: str, env_config: dict, envs: int, frag: int, restart: bool = Tr
     return EnvRunner(cfg.to_dict(), set_torch_threads=False)
 
 
-def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 4) -> list[dict]:
+def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 4,
+             runner_resets: bool = False) -> list[dict]:
+    """`runner_resets`: no resets inside the vector step; every episode end goes the
+    runner's own way (`_end_episodes` -> `_reset_env`), as sub-env processes do."""
     monkeypatch.setattr(env_runner, "_step_envs", _c_step_envs() if native_on else vector_step.step_envs)
     if native_on:
         assert vector_step.loop_name(env_runner._step_envs) == "c"
     runner = _runner(env, env_config, envs=6, frag=64)
+    if runner_resets:
+        monkeypatch.setattr(runner, "_reset_fns", lambda: None)
     try:
         return [runner.sample() for _ in range(n)] + [runner.get_metrics()]
     finally:
@@ -394,18 +399,21 @@ def _samples(monkeypatch, native_on: bool, env: str, env_config: dict, n: int = 
 ])
 def test_the_c_and_python_loops_give_the_same_fragments(monkeypatch, env, env_config):
     """Same seeds, same envs: every array of every fragment, the episodes and the restart
-    counts are identical (sub-env failures in steps and in the resets the C step does at
-    episode ends, NaN observations and rewards, truncations)."""
+    counts are identical, for the C step, its Python twin, and the runner's own reset path
+    at episode ends (sub-env failures in steps and in resets, NaN observations and rewards,
+    truncations)."""
     _c_step_envs()  # the extension is there (skips this test where it could not be built)
     c = _samples(monkeypatch, True, env, env_config)
-    py = _samples(monkeypatch, False, env, env_config)
-    for a, b in zip(c[:-1], py[:-1], strict=True):
-        assert a["batch"].keys() == b["batch"].keys()
-        for key in a["batch"]:
-            np.testing.assert_array_equal(a["batch"][key], b["batch"][key], err_msg=key)
-        np.testing.assert_array_equal(a["episodes"]["returns"], b["episodes"]["returns"])
-        np.testing.assert_array_equal(a["episodes"]["lengths"], b["episodes"]["lengths"])
-    assert c[-1]["num_sub_env_restarts"] == py[-1]["num_sub_env_restarts"]
+    # the Python twin resetting in the step, and the runner's own reset path (no step resets)
+    for other in (_samples(monkeypatch, False, env, env_config),
+                  _samples(monkeypatch, False, env, env_config, runner_resets=True)):
+        for a, b in zip(c[:-1], other[:-1], strict=True):
+            assert a["batch"].keys() == b["batch"].keys()
+            for key in a["batch"]:
+                np.testing.assert_array_equal(a["batch"][key], b["batch"][key], err_msg=key)
+            np.testing.assert_array_equal(a["episodes"]["returns"], b["episodes"]["returns"])
+            np.testing.assert_array_equal(a["episodes"]["lengths"], b["episodes"]["lengths"])
+        assert c[-1]["num_sub_env_restarts"] == other[-1]["num_sub_env_restarts"]
     if "fail_every" in env_config:
         assert c[-1]["num_sub_env_restarts"] > 0
 
