@@ -348,7 +348,6 @@ def record() -> None:
 # ---------------------------------------------------------------- the test
 
 
-
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory) -> dict[str, tuple[bytes, str, str]]:
     return asyncio.run(_run(tmp_path_factory.mktemp("golden")))
