@@ -20,6 +20,7 @@ from ftrl.config.fields import (
     suggest,
     unit_interval,
 )
+from ftrl.util.imports import split_import_path
 from ftrl.wire.errors import ConfigError
 
 
@@ -39,6 +40,26 @@ def _seed(name: str, value: int) -> None:
 def _hidden_sizes(name: str, value: list) -> None:
     if not value or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in value):
         raise ConfigError(f"{name} must be a non-empty list of positive ints, got {value!r}")
+
+
+def _conv_filters(name: str, value: list) -> None:
+    for layer in value:
+        if (
+            not isinstance(layer, (list, tuple))
+            or len(layer) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in layer)
+        ):
+            raise ConfigError(
+                f"{name} entries must be [out_channels, kernel, stride] of positive ints, "
+                f"got {layer!r} (e.g. [[32, 8, 4], [64, 4, 2], [64, 3, 1]])"
+            )
+
+
+def _import_path(name: str, value: str) -> None:
+    try:
+        split_import_path(value)
+    except ValueError:
+        raise ConfigError(f'{name} must be an import path "pkg.module:ClassName", got {value!r}') from None
 
 
 _EVAL_OVERRIDE_KEYS = ("explore", "env_config")
@@ -127,7 +148,10 @@ class EnvRunnersConfig:
 
 @dataclass
 class ModelConfig:
-    """The fully connected actor-critic network (the `model` dict of training())."""
+    """The network (the `model` dict of training()), with RLlib's key names: the fully
+    connected actor-critic for vector observations, a CNN for image observations (picked
+    by itself; `conv_filters` and `conv_type` shape it), or a user's own torch module
+    (`custom_model`). ftrl/rl/models/factory.py builds it; its docstring has the rules."""
 
     fcnet_hiddens: list = option([64, 64], "hidden layer sizes", check=_hidden_sizes)  # noqa: RUF009
     fcnet_activation: str = option(
@@ -136,7 +160,31 @@ class ModelConfig:
     vf_share_layers: bool = option(False, "value head on the policy's hidden layers (else its own)")
     free_log_std: bool = option(True, "continuous actions: a state-independent, learned log std")
     init_log_std: float = option(0.0, "continuous actions: the initial log std")
-
+    conv_filters: list | None = option(
+        None, "CNN layers [[out_channels, kernel, stride], ...] (None: the default for the "
+        "observation: the Nature CNN on images, fully connected otherwise; []: fully connected)",
+        check=_conv_filters,
+    )
+    conv_activation: str = option(
+        "relu", "CNN activation (also of its fully connected layers after the convolutions)",
+        check=one_of("relu", "tanh", "elu"),
+    )
+    conv_type: str = option(
+        "nature", "CNN body: nature (a plain conv stack, Nature CNN by default) or impala (the "
+        "IMPALA ResNet: per conv_filters entry a stack of conv, max-pool of that stride and 2 "
+        "residual blocks; default [[16, 3, 2], [32, 3, 2], [32, 3, 2]])",
+        check=one_of("nature", "impala"),
+    )
+    post_fcnet_hiddens: list | None = option(
+        None, "CNN: fully connected layers after the convolutions (None: [512] nature, [256] impala)",
+        check=_hidden_sizes,
+    )
+    custom_model: str | None = option(
+        None, 'a torch nn.Module class by import path "pkg.mod:Net", built as '
+        "Net(obs_shape, num_outputs, **custom_model_config); forward(obs) -> (logits, value)",
+        check=_import_path,
+    )
+    custom_model_config: dict = option({}, "keyword arguments of the custom_model's constructor")  # noqa: RUF009
 
 
 @dataclass

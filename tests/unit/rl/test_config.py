@@ -278,6 +278,8 @@ _BAD_BY_CHECK = {
     sections._seed: -1,
     sections._eval_overrides: {"lr": 1.0},
     sections._hidden_sizes: [],
+    sections._conv_filters: [[32, 8]],
+    sections._import_path: "no_colon",
 }
 
 
