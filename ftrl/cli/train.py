@@ -281,6 +281,7 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     work, or (with `resume_from`) a state this config cannot continue; corrupt state
     files are reported (and skipped) here too. Returns the state file a resume starts
     from (None: from the start)."""
+    from ftrl.rl.models.kinds import check_model
     from ftrl.rl.sampling.env_factory import probe_spaces
     from ftrl.rl.spaces import space_spec
 
@@ -289,6 +290,7 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     env = config.environment_cfg
     observation_space, action_space = probe_spaces(env.env, env.env_config)
     spec = space_spec(observation_space, action_space)  # ConfigError for spaces we cannot handle
+    check_model(spec, config.model_config)  # a custom model's import and shapes, conv_filters
     if resume_from is None:
         return None
     from ftrl.rl.driver.state import check_resume_compatible, newest_state

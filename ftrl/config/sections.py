@@ -160,7 +160,7 @@ class ModelConfig:
     vf_share_layers: bool = option(False, "value head on the policy's hidden layers (else its own)")
     free_log_std: bool = option(True, "continuous actions: a state-independent, learned log std")
     init_log_std: float = option(0.0, "continuous actions: the initial log std")
-    conv_filters: list | None = option(
+    conv_filters: list | None = option(  # noqa: RUF009
         None, "CNN layers [[out_channels, kernel, stride], ...] (None: the default for the "
         "observation: the Nature CNN on images, fully connected otherwise; []: fully connected)",
         check=_conv_filters,
@@ -175,7 +175,7 @@ class ModelConfig:
         "residual blocks; default [[16, 3, 2], [32, 3, 2], [32, 3, 2]])",
         check=one_of("nature", "impala"),
     )
-    post_fcnet_hiddens: list | None = option(
+    post_fcnet_hiddens: list | None = option(  # noqa: RUF009
         None, "CNN: fully connected layers after the convolutions (None: [512] nature, [256] impala)",
         check=_hidden_sizes,
     )

@@ -1,4 +1,4 @@
-"""Which spaces the MLP model handles, and how observations become flat vectors.
+"""Which spaces the models handle, and how observations become flat vectors.
 
 Observations are encoded to flat float32 vectors: Box (any shape) is flattened,
 Discrete becomes one-hot, MultiBinary becomes 0/1 floats. Actions may be Discrete or
@@ -29,6 +29,9 @@ class SpaceSpec:
     act_dim: int  # number of actions (discrete) or flat action size (box)
     act_low: tuple[float, ...] = ()
     act_high: tuple[float, ...] = ()
+    #: "uint8" for byte observations (pixels: a CNN scales them to [0, 1]); "float32"
+    #: for every other kind (all arrive as float32 rows)
+    obs_dtype: str = "float32"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -45,6 +48,7 @@ class SpaceSpec:
             act_dim=int(d["act_dim"]),
             act_low=tuple(float(x) for x in d.get("act_low", ())),
             act_high=tuple(float(x) for x in d.get("act_high", ())),
+            obs_dtype=str(d.get("obs_dtype", "float32")),
         )
 
     @property
@@ -70,10 +74,12 @@ def space_spec(observation_space: gym.Space, action_space: gym.Space) -> SpaceSp
         )
     if obs_dim <= 0:
         raise ConfigError(f"observation space {observation_space} has no dimensions")
+    obs_dtype = "uint8" if obs_kind == "box" and observation_space.dtype == np.uint8 else "float32"
     if isinstance(action_space, gym.spaces.Discrete):
         if action_space.start != 0:
             raise ConfigError(f"Discrete action space must start at 0, got {action_space}")
-        return SpaceSpec(obs_kind, obs_shape, obs_dim, "discrete", (), int(action_space.n))
+        return SpaceSpec(obs_kind, obs_shape, obs_dim, "discrete", (), int(action_space.n),
+                         obs_dtype=obs_dtype)
     if isinstance(action_space, gym.spaces.Box):
         if not np.issubdtype(action_space.dtype, np.floating):
             raise ConfigError(f"Box action space must have a float dtype, got {action_space.dtype}")
@@ -81,11 +87,36 @@ def space_spec(observation_space: gym.Space, action_space: gym.Space) -> SpaceSp
         dim = int(np.prod(shape)) if shape else 1
         low = tuple(float(x) for x in np.broadcast_to(action_space.low, shape).reshape(-1))
         high = tuple(float(x) for x in np.broadcast_to(action_space.high, shape).reshape(-1))
-        return SpaceSpec(obs_kind, obs_shape, obs_dim, "box", shape, dim, low, high)
+        return SpaceSpec(obs_kind, obs_shape, obs_dim, "box", shape, dim, low, high, obs_dtype)
     raise ConfigError(
         f"action space {action_space} is not supported: use Discrete (Categorical policy) "
         "or Box (diagonal Gaussian policy)"
     )
+
+
+def image_shape(spec: SpaceSpec) -> tuple[int, int, int, bool] | None:
+    """(channels, height, width, channels_last) of a Box observation of 2 or 3 dims that a
+    CNN can take, else None. 2 dims are one channel; of 3, the smaller end axis holds the
+    channels ((4, 84, 84): channels first; (210, 160, 3): channels last)."""
+    shape = spec.obs_shape
+    if spec.obs_kind != "box" or len(shape) not in (2, 3):
+        return None
+    if len(shape) == 2:
+        return 1, shape[0], shape[1], False
+    if shape[0] < shape[-1]:
+        return shape[0], shape[1], shape[2], False
+    return shape[2], shape[0], shape[1], True
+
+
+def looks_like_image(spec: SpaceSpec) -> bool:
+    """An image observation, which gets a CNN by default: a Box of 2 or 3 dims whose
+    height and width are at least 32 (8 for uint8 pixels), with at most 16 channels."""
+    dims = image_shape(spec)
+    if dims is None:
+        return False
+    channels, height, width, _ = dims
+    least = 8 if spec.obs_dtype == "uint8" else 32
+    return channels <= 16 and min(height, width) >= least
 
 
 class ObsEncoder:

@@ -3,7 +3,7 @@
 An algorithm's learner (`PPOLearner` in ftrl/rl/algorithms/ppo.py) subclasses it and
 writes `update()`: its loss and its minibatch loop. The base owns the rest:
 
-- the model (`build_model`, by default the actor-critic of `ftrl.rl.models`) with all
+- the model (`build_model`, by default `ftrl.rl.models.factory.build_model`'s) with all
   trainable parameters as views of ONE flat tensor (and one flat gradient), so gradient
   clipping and the optimizer are single tensor ops;
 - the optimizer (`make_optimizer`, by default FlatAdam at the training section's `lr`);
@@ -39,7 +39,7 @@ from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.shards import split_fragments
-from ftrl.rl.models.actor_critic import ActorCritic
+from ftrl.rl.models import factory
 from ftrl.rl.rng_state import (
     bitgen_state_from_wire,
     bitgen_state_to_wire,
@@ -98,8 +98,10 @@ class Learner:
     # ------------------------------------------------------------------ what subclasses choose
 
     def build_model(self) -> torch.nn.Module:
-        """The network (its parameters are made views of one flat tensor after this)."""
-        return ActorCritic(self.spec, self.config.model_config)
+        """The network (its parameters are made views of one flat tensor after this): the
+        model `ftrl.rl.models.factory.build_model` picks for the spaces and `model` keys
+        (ConfigError for one that cannot work on them)."""
+        return factory.build_model(self.spec, self.config.model_config)
 
     def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam:
         """The optimizer of the flat parameter (Adam at the training section's lr)."""

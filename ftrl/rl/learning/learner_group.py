@@ -37,6 +37,8 @@ import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot
+from ftrl.rl.models.kinds import check_model
+from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.imports import import_class
 from ftrl.wire.errors import (
     ActorDiedError,
@@ -91,6 +93,8 @@ class LearnerGroup(ActorGroup):
 
     def __init__(self, client: Any, config: AlgorithmConfig, *, job_name: str, space_spec: dict,
                  learner_class: str):
+        # a model that cannot work on these spaces fails here, before any learner starts
+        check_model(SpaceSpec.from_dict(space_spec), config.model_config)
         self.config = config
         lrn = config.learners_cfg
         self.job_name = job_name

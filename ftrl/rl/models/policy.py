@@ -5,22 +5,30 @@ Two backends compute the same thing from the same flat weight vector:
   torch (0.5 s and ~55 MB to start instead of ~2.9 s and ~240 MB), so a runner that was
   killed comes back fast and cheap, and for the small MLPs used here one numpy forward
   is faster than one torch forward.
-- "torch": the learner's own `ActorCritic` module under `torch.inference_mode()`.
+- "torch": the learner's own model (`ftrl.rl.models.factory.build_model`) under
+  `torch.inference_mode()`.
 
-The flat weight layout is defined once, by `flat_layout`, and shared by the torch model
-(`ActorCritic.get_flat/set_flat`) and `NumpyPolicy`.
+Only the fully connected model has a numpy forward: for a CNN or a custom model the
+runners use torch whatever `inference_backend` says (`make_policy` logs it once).
+
+The flat weight layout of the MLP is defined once, by `flat_layout`, and shared by the
+torch model (`ActorCritic.get_flat/set_flat`) and `NumpyPolicy`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import numpy as np
 
 from ftrl.config import ModelConfig
+from ftrl.rl.models.kinds import model_kind
 from ftrl.rl.models.layout import flat_layout
 from ftrl.rl.spaces import SpaceSpec
+
+log = logging.getLogger(__name__)
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -157,20 +165,20 @@ class NumpyPolicy:
 
 
 class TorchPolicy:
-    """The torch `ActorCritic` used for inference (imports torch)."""
+    """The learner's torch model (`build_model`) used for inference (imports torch)."""
 
     backend = "torch"
 
     def __init__(self, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None):
         import torch
 
-        from ftrl.rl.models.actor_critic import ActorCritic
+        from ftrl.rl.models.factory import build_model
 
         self._torch = torch
         if seed is not None:
             torch.manual_seed(seed)
         self.spec = spec
-        self.model = ActorCritic(spec, model)
+        self.model = build_model(spec, model)
         self.model.eval()
 
     def num_params(self) -> int:
@@ -197,7 +205,13 @@ class TorchPolicy:
 
 
 def make_policy(backend: str, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None) -> NumpyPolicy | TorchPolicy:
-    """The inference policy for `env_runners(inference_backend=...)`."""
+    """The inference policy for `env_runners(inference_backend=...)`; "numpy" becomes
+    "torch" for a model with no numpy forward (a CNN or a custom model)."""
+    kind = model_kind(spec, model or ModelConfig())
+    if backend == "numpy" and kind != "fc":
+        log.info("inference_backend 'numpy' runs only the fully connected model: the %s model "
+                 "infers with torch", kind)
+        backend = "torch"
     if backend == "numpy":
         return NumpyPolicy(spec, model, seed)
     if backend == "torch":

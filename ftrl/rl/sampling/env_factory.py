@@ -1,4 +1,5 @@
-"""Create environments from a gymnasium id or an import path "pkg.mod:make_env".
+"""Create environments from a gymnasium id, an import path "pkg.mod:make_env", or an
+Atari game with the standard wrappers, "atari:ALE/Pong-v5" (`ftrl.rl.sampling.atari`).
 
 An import path names a callable taken as `make_env(env_config) -> gymnasium.Env`.
 Anything else goes to `gymnasium.make(env, **env_config)` (so gymnasium's own
@@ -13,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from ftrl.rl.sampling.atari import atari_id, make_atari
 from ftrl.util.imports import import_object
 from ftrl.wire.errors import ConfigError
 
@@ -34,12 +36,17 @@ def make_env(env: str, env_config: dict | None = None) -> gym.Env:
     """Build one environment instance. Raises ConfigError for unknown ids or creators
     that raise while constructing."""
     env_config = dict(env_config or {})
-    creator = resolve_creator(env)
+    ale_id = atari_id(env)
+    creator = resolve_creator(env) if ale_id is None else None
     try:
-        if creator is not None:
+        if ale_id is not None:
+            instance = make_atari(ale_id, env_config)
+        elif creator is not None:
             instance = creator(env_config)
         else:
             instance = gym.make(env, **env_config)
+    except ConfigError:
+        raise
     except gym.error.Error as e:
         raise ConfigError(f"cannot make environment {env!r}: {e}") from e
     except Exception as e:

@@ -1,7 +1,8 @@
 """EnvRunner: E sub-environments stepped as a vector with one batched policy call per step.
 
 Inference runs on `ftrl.rl.models.policy` (numpy by default, so runner processes never import
-torch; `inference_backend="torch"` uses the torch module instead). The loop over the
+torch; `inference_backend="torch"` uses the torch module instead, as do a CNN and a custom
+model, which have no numpy forward). The loop over the
 in-process sub-envs at each vector step, with the reset of each sub-env whose episode
 terminated in it, is `ftrl.rl.sampling.vector_step`: in C (`_vecstep.c`, built by `pip
 install` where a C compiler is found; ~6% more steps/s on CartPole) or, without it or
@@ -64,6 +65,8 @@ import numpy as np
 from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
 from ftrl.rl.models.policy import make_policy
+from ftrl.rl.sampling.atari import EVALUATION_ENV_CONFIG as ATARI_EVALUATION_ENV_CONFIG
+from ftrl.rl.sampling.atari import atari_id
 from ftrl.rl.sampling.filters import NoFilter, make_filter
 from ftrl.rl.sampling.sub_env import SubEnvError, make_sub_env
 from ftrl.rl.sampling.sub_env_lifecycle import _UNWATCHED, SubEnvLifecycle, _Unwatched
@@ -104,10 +107,6 @@ class EnvRunner(SubEnvLifecycle):
         watchdog: bool | None = None,
     ):
         cfg = config_from_dict(config)
-        if set_torch_threads and cfg.env_runners_cfg.inference_backend == "torch":
-            import torch
-
-            torch.set_num_threads(1)
         self.config = cfg
         self.worker_index = int(worker_index)
         self.evaluation = evaluation
@@ -121,6 +120,8 @@ class EnvRunner(SubEnvLifecycle):
         if evaluation:
             overrides = cfg.evaluation_cfg.evaluation_config
             self.explore = bool(overrides.get("explore", False))
+            if atari_id(self.env_id) is not None:  # no episodic life nor reward clipping
+                self.env_config.update(ATARI_EVALUATION_ENV_CONFIG)
             self.env_config.update(overrides.get("env_config", {}))
         self.remote_envs = run.remote_worker_envs
         self.restart_sub_envs = ft.restart_failed_sub_environments
@@ -157,6 +158,10 @@ class EnvRunner(SubEnvLifecycle):
             self._row_obs = self.encoder.kind != "discrete" and len(self.spec.obs_shape) == 1
             self._obs_dim = self.spec.obs_dim
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
+            if set_torch_threads and self.policy.backend == "torch":  # also a CNN or custom model's
+                import torch
+
+                torch.set_num_threads(1)
             self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
         except BaseException:  # nothing left running: envs (and their processes), the watchdog
             self._close_envs()

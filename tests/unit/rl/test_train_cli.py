@@ -58,6 +58,10 @@ def test_run_train_in_process_then_resume(tmp_path, capsys):
         (("--env", "NoSuchEnv-v9", "--stop-iters", "1"), "cannot make environment"),
         (("--env", "ftrl.testing.envs:make_dict_env", "--stop-iters", "1"), "observation space Dict"),
         (("--env", "CartPole-v1", "--set", "ignore_env_runner_failures=true", "--set", "restart_failed_env_runners=true"), "mutually exclusive"),
+        (("--env", "CartPole-v1", "--set", 'model={custom_model="tests.custom_models:WrongLogits"}', "--stop-iters", "1"),
+         "model custom_model 'tests.custom_models:WrongLogits': forward on a batch of 2 returned shapes"),
+        (("--env", "CartPole-v1", "--set", "model={conv_filters=[[16, 3, 1]]}", "--stop-iters", "1"),
+         "model conv_filters needs image observations"),
     ],
 )
 def test_bad_config_exits_2_with_a_clear_message(tmp_path, capsys, argv, message):

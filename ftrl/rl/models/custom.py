@@ -1,0 +1,125 @@
+"""A user's own torch module as the actor-critic (`model={"custom_model": "pkg.mod:Net",
+"custom_model_config": {...}}`).
+
+The interface, all a custom model writes:
+
+    class Net(torch.nn.Module):
+        def __init__(self, obs_shape: tuple[int, ...], num_outputs: int, **custom_model_config): ...
+        def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+            # obs: [B, *obs_shape] float32, as the env gives it (uint8 pixels are not
+            # scaled: divide by 255 yourself); returns (logits [B, num_outputs], value [B])
+
+`obs_shape` is the observation's shape (Discrete observations: (n,), one-hot);
+`num_outputs` the number of actions (Discrete) or the flat action size (Box: the
+outputs are the Gaussian's means; its log std is a learned, state-independent parameter
+of the adapter, `init_log_std` and `free_log_std` as for the built-in models). Every
+parameter of the module travels in the flat weight vector (buffers, e.g. batch norm
+statistics, do not: use none that change).
+
+`CustomActorCritic` adapts it to ftrl's model interface (act, evaluate, value, flat
+weights). Building it checks the module: a path that does not import, not an
+nn.Module class, a constructor that raises, or outputs of the wrong shape on a dummy
+batch are each a ConfigError naming `custom_model`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ftrl.config import ModelConfig
+from ftrl.rl.models.base import FlatActorCritic, action_log_std, named_layout
+from ftrl.rl.spaces import SpaceSpec
+from ftrl.util.imports import import_object
+from ftrl.wire.errors import ConfigError
+
+
+def model_obs_shape(spec: SpaceSpec) -> tuple[int, ...]:
+    """The shape of one observation as a custom model gets it."""
+    if spec.obs_kind == "box" and spec.obs_shape:
+        return tuple(spec.obs_shape)
+    return (spec.obs_dim,)
+
+
+def load_custom_model(path: str) -> type[nn.Module]:
+    """The class `custom_model` names; ConfigError if it does not import or is not an
+    nn.Module class."""
+    try:
+        target: Any = import_object(path)
+    except (ImportError, ValueError) as e:
+        raise ConfigError(f"model custom_model {path!r} does not import: {e}") from None
+    except Exception as e:  # the module itself raised while importing
+        raise ConfigError(f"model custom_model {path!r}: importing it raised {type(e).__name__}: {e}") from None
+    if not (isinstance(target, type) and issubclass(target, nn.Module)):
+        raise ConfigError(
+            f"model custom_model {path!r} is a {type(target).__name__}, not a torch.nn.Module "
+            "class (forward(obs) -> (logits, value))"
+        )
+    return target
+
+
+class CustomActorCritic(FlatActorCritic):
+    """The user's module (`self.net`) under ftrl's model interface."""
+
+    def __init__(self, spec: SpaceSpec, model: ModelConfig):
+        super().__init__()
+        path = str(model.custom_model)
+        cls = load_custom_model(path)
+        self.spec = spec
+        self.discrete = spec.act_kind == "discrete"
+        self.obs_shape = model_obs_shape(spec)
+        kwargs = dict(model.custom_model_config)
+        try:
+            self.net = cls(self.obs_shape, spec.act_dim, **kwargs)
+        except Exception as e:
+            raise ConfigError(
+                f"model custom_model {path!r}: {cls.__name__}({self.obs_shape}, {spec.act_dim}, "
+                f"**custom_model_config={kwargs!r}) raised {type(e).__name__}: {e}"
+            ) from None
+        log_std = action_log_std(spec, model.init_log_std, model.free_log_std)
+        if log_std is None:
+            self.register_parameter("log_std", None)
+        else:
+            self.log_std = log_std
+        self.layout = named_layout(self)
+        if not self.layout:
+            raise ConfigError(f"model custom_model {path!r} has no parameters")
+        self._check_outputs(path)
+
+    def _net_outputs(self, obs: torch.Tensor) -> tuple[Any, Any]:
+        out = self.net(obs.reshape(-1, *self.obs_shape))
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"forward returned {type(out).__name__}, not (logits, value)")
+        return out[0], out[1]
+
+    def _check_outputs(self, path: str) -> None:
+        """A dummy batch of 2 through the module: logits [2, num_outputs], value [2]."""
+        want = f"(logits [B, {self.spec.act_dim}], value [B])"
+        obs = torch.zeros(2, self.spec.obs_dim)
+        try:
+            with torch.no_grad():
+                logits, value = self._net_outputs(obs)
+        except Exception as e:
+            raise ConfigError(
+                f"model custom_model {path!r}: forward on a batch of shape {(2, *self.obs_shape)} "
+                f"raised {type(e).__name__}: {e} (it must return {want})"
+            ) from None
+        shapes = tuple(getattr(t, "shape", None) for t in (logits, value))
+        ok = (
+            isinstance(logits, torch.Tensor)
+            and isinstance(value, torch.Tensor)
+            and tuple(logits.shape) == (2, self.spec.act_dim)
+            and tuple(value.shape) in ((2,), (2, 1))
+        )
+        if not ok:
+            got = tuple(None if s is None else tuple(s) for s in shapes)
+            raise ConfigError(
+                f"model custom_model {path!r}: forward on a batch of 2 returned shapes {got}; "
+                f"it must return {want}, here logits (2, {self.spec.act_dim}) and value (2,)"
+            )
+
+    def _forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value = self._net_outputs(obs)
+        return logits, value.reshape(-1)

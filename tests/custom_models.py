@@ -1,0 +1,49 @@
+"""Custom models by import path for the tests ("tests.custom_models:TinyNet"): one that
+follows the interface and one for each way to get it wrong."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class TinyNet(nn.Module):
+    """forward(obs [B, *obs_shape]) -> (logits [B, num_outputs], value [B])."""
+
+    def __init__(self, obs_shape: tuple[int, ...], num_outputs: int, hidden: int = 16):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(obs_shape), hidden), nn.Tanh())
+        self.logits = nn.Linear(hidden, num_outputs)
+        self.value = nn.Linear(hidden, 1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.body(obs)
+        return self.logits(h), self.value(h).squeeze(-1)
+
+
+class WrongLogits(TinyNet):
+    """One logit too many."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value = super().forward(obs)
+        return torch.cat([logits, logits[:, :1]], dim=1), value
+
+
+class OnlyLogits(TinyNet):
+    """No value."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(obs)[0]
+
+
+class NotAModule:
+    """A class, but no torch module."""
+
+    def __init__(self, obs_shape: tuple[int, ...], num_outputs: int):
+        pass
+
+
+def not_a_class(obs_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    return TinyNet(obs_shape, num_outputs)

@@ -1,0 +1,47 @@
+"""Atari smoke run: PPO with the default CNN on Pong, on the CPU, a few hundred env steps,
+sampling in the driver and then on a remote runner (which infers with torch by itself)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ale_py", reason="Atari needs ale-py: pip install 'ftrl[atari]'")
+pytest.importorskip("cv2", reason="Atari preprocessing needs opencv: pip install 'ftrl[atari]'")
+
+from ftrl.config import PPOConfig
+from ftrl.rl.models.cnn import ConvActorCritic
+
+
+def _config(num_env_runners: int) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment("atari:ALE/Pong-v5")
+        .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=2, rollout_fragment_length=64)
+        .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+        .debugging(seed=0)
+    )
+
+
+@pytest.mark.parametrize("num_env_runners", [0, 1])
+def test_ppo_trains_a_cnn_on_pong(num_env_runners, make_cluster):
+    t0 = time.monotonic()
+    client = make_cluster(slots=2).client() if num_env_runners else None
+    algo = _config(num_env_runners).build(client=client, job_name=f"pong{num_env_runners}")
+    try:
+        assert isinstance(algo.learner.model, ConvActorCritic)
+        _, before = algo.get_weights()
+        for _ in range(2):
+            result = algo.train()
+        assert result["env_steps_sampled"] == 512
+        _, after = algo.get_weights()
+        assert np.isfinite(after).all() and not np.array_equal(after, before)
+        if num_env_runners:
+            assert result["num_healthy_env_runners"] == 1
+    finally:
+        algo.stop()
+        if client is not None:
+            client.close()
+    assert time.monotonic() - t0 < 60
