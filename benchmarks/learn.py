@@ -1,4 +1,5 @@
-"""Env steps and wall seconds for PPO to reach a 100-episode mean return of 475 on
+"""Env steps and wall seconds for an algorithm (PPO by default; APPO/IMPALA with their
+example configs) to reach a 100-episode mean return of 475 on
 CartPole-v1, from the command, over several seeds. Prints ONE JSON object.
 
     python benchmarks/learn.py [--seeds 0 1 2] [--config examples/cartpole_ppo.toml]
@@ -22,6 +23,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import tomllib
 import time
 from pathlib import Path
 
@@ -114,7 +116,7 @@ def main() -> None:
     out = {
         "benchmark": "learn",
         "env": "CartPole-v1",
-        "algo": "PPO",
+        "algo": str(tomllib.loads(args.config.read_text()).get("algo", "PPO")).upper(),
         "target_episode_return_mean": args.target,
         "window_episodes": 100,
         "num_env_runners": args.num_env_runners,

@@ -36,6 +36,8 @@ _LAZY: dict[str, str] = {
     "JOB_STAGES": "ftrl.client.jobs",
     "local_cluster": "ftrl.client.cluster",
     "PPOConfig": "ftrl.config",
+    "IMPALAConfig": "ftrl.config",
+    "APPOConfig": "ftrl.config",
     "AlgorithmConfig": "ftrl.config",
     "JobSpec": "ftrl.config",
     "StopCriteria": "ftrl.config",
@@ -82,7 +84,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of it runs
     from ftrl.client.context import RuntimeContext, get_runtime_context
     from ftrl.client.jobs import FINAL_STAGES as FINAL_JOB_STAGES
     from ftrl.client.jobs import JOB_STAGES
-    from ftrl.config import AlgorithmConfig, JobSpec, PPOConfig, StopCriteria, load_job  # noqa: F401
+    from ftrl.config import APPOConfig, AlgorithmConfig, IMPALAConfig, JobSpec, PPOConfig, StopCriteria, load_job  # noqa: F401
     from ftrl.wire.errors import (
         ActorDiedError,
         ActorError,

@@ -4,14 +4,18 @@
     ftrl.config.sections   the shared sections and the training base (TrainingConfig)
     ftrl.config.builder    AlgorithmConfig, the builder every algorithm's config extends
     ftrl.config.ppo        PPOConfig and PPO's training section
+    ftrl.config.impala     IMPALAConfig (and the checks of the asynchronous family)
+    ftrl.config.appo       APPOConfig
     ftrl.config.registry   algorithm name -> config class import path
     ftrl.config.jobs       job files ([stop] table), flags on top, describe()
 
 `python -m ftrl.config` lists every key with its type, default and doc.
 """
 
+from ftrl.config.appo import APPOConfig, APPOTrainingConfig
 from ftrl.config.builder import AlgorithmConfig
 from ftrl.config.fields import check_value, describe_section, field_doc, fields_of, option
+from ftrl.config.impala import IMPALAConfig, IMPALATrainingConfig
 from ftrl.config.jobs import JobSpec, StopCriteria, build_job, describe, load_job, parse_overrides
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
 from ftrl.config.registry import ALGORITHMS, config_class, config_from_dict
@@ -30,8 +34,9 @@ from ftrl.config.sections import (
 )
 
 __all__ = [
-    "ALGORITHMS", "AlgorithmConfig", "CheckpointingConfig", "DebuggingConfig", "EnvRunnersConfig",
-    "EnvironmentConfig", "EvaluationConfig", "FaultToleranceConfig", "JobSpec", "LearnersConfig",
+    "ALGORITHMS", "APPOConfig", "APPOTrainingConfig", "AlgorithmConfig", "CheckpointingConfig", "DebuggingConfig", "EnvRunnersConfig",
+    "EnvironmentConfig", "EvaluationConfig", "FaultToleranceConfig", "IMPALAConfig",
+    "IMPALATrainingConfig", "JobSpec", "LearnersConfig",
     "ModelConfig", "PPOConfig", "PPOTrainingConfig", "ReportingConfig", "StopCriteria", "TrainingConfig",
     "build_job", "check_learner_gpus", "check_value", "config_class", "config_from_dict", "describe",
     "describe_section", "field_doc", "fields_of", "load_job", "option", "parse_overrides",

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 #: algorithm name (upper case) -> "module:ConfigClass"
 ALGORITHMS: dict[str, str] = {
     "PPO": "ftrl.config.ppo:PPOConfig",
+    "IMPALA": "ftrl.config.impala:IMPALAConfig",
+    "APPO": "ftrl.config.appo:APPOConfig",
 }
 
 

@@ -313,6 +313,10 @@ class ReportingConfig:
         0, "repeat sampling and training until an iteration has this many env steps",
         check=non_negative_int,
     )
+    min_time_s_per_iteration: float | None = option(
+        None, "asynchronous algorithms (IMPALA, APPO): seconds an iteration (a reporting window) lasts "
+        "at least (None: 1 s); PPO's iterations are its synchronous rounds", check=non_negative_float,
+    )
 
 
 def check_learner_gpus(lrn: LearnersConfig) -> None:

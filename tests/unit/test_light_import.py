@@ -66,6 +66,10 @@ def test_configs_are_made_checked_and_read_back_without_torch_or_the_rl_room():
             "c.validate()\n"
             "assert config_from_dict(c.to_dict()) == c\n"
             "assert load_job(data={'algo': 'ppo', 'env': 'CartPole-v1'}).config.algo_name == 'PPO'\n"
+            "a = ftrl.APPOConfig().environment('CartPole-v1').training(clip_param=0.3, opt_type='rmsprop')\n"
+            "a.validate()\n"
+            "assert config_from_dict(a.to_dict()) == a\n"
+            "assert load_job(data={'algo': 'impala', 'env': 'CartPole-v1'}).config.algo_name == 'IMPALA'\n"
             "import sys\n"
             "rl = sorted(m for m in sys.modules if m.startswith('ftrl.rl'))\n"
             "assert not rl, rl\n")

@@ -496,6 +496,13 @@ class Algorithm:
 
     # ------------------------------------------------------------------ checkpoints (ftrl.rl.driver.state)
 
+    def get_algo_counters(self) -> dict[str, int]:
+        """An algorithm's own cumulative counters, kept in every driver state (none here)."""
+        return {}
+
+    def set_algo_counters(self, counters: dict[str, Any]) -> None:
+        """Continue from the counters of `get_algo_counters` a resumed state held."""
+
     def get_state(self) -> dict[str, Any]:
         """Everything a checkpoint holds (msgpack + numpy only)."""
         return algo_state.get_state(self)

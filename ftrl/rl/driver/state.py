@@ -96,6 +96,7 @@ def driver_state(algo: Algorithm) -> dict[str, Any]:
         "runner_counters": runner_counters(algo),
         "actors": known_actors(algo),
         "rng": global_rng_to_wire(),
+        "algo_counters": algo.get_algo_counters(),
         "row": row,
         "saved_at": time.time(),
     }
@@ -130,6 +131,7 @@ def _set_driver_state(algo: Algorithm, state: dict[str, Any]) -> None:
         group.set_counters(state.get("learner_counters") or {})
         group.remember_previous(algo.saved_actors.get("learners") or [])
     global_rng_from_wire(state.get("rng") or {})
+    algo.set_algo_counters(state.get("algo_counters") or {})
     algo.last_checkpoint_iteration = algo.iteration
 
 

@@ -28,6 +28,9 @@ import torch
 class FlatAdam:
     """Adam for one parameter tensor whose `.grad` holds its gradient."""
 
+    #: the per-parameter state tensors (a learner mesh broadcasts them to joiners)
+    state_keys = ("exp_avg", "exp_avg_sq")
+
     def __init__(self, param: torch.Tensor, lr: float = 1e-3, eps: float = 1e-8,
                  betas: tuple[float, float] = (0.9, 0.999)) -> None:
         if lr < 0 or eps < 0 or not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):

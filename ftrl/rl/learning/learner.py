@@ -103,8 +103,10 @@ class Learner:
         (ConfigError for one that cannot work on them)."""
         return factory.build_model(self.spec, self.config.model_config)
 
-    def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam:
-        """The optimizer of the flat parameter (Adam at the training section's lr)."""
+    def make_optimizer(self, flat: torch.nn.Parameter) -> Any:
+        """The optimizer of the flat parameter (Adam at the training section's lr): an
+        object with torch.optim's `step`, `state`, `param_groups`, `defaults`,
+        `state_dict`/`load_state_dict`, and `state_keys` (its per-parameter buffers)."""
         return FlatAdam(flat, lr=self.hp.lr)
 
     def update(self, fragments: Fragments, env_steps_sampled: int = 0, **options: Any) -> dict[str, Any]:
@@ -191,20 +193,20 @@ class Learner:
     # ------------------------------------------------------------------ mesh state
 
     def _init_optimizer_state(self) -> None:
-        """Create Adam's state now (zeros, step 0: the same as a fresh optimizer), so
-        every rank has the same tensors to broadcast before its first step."""
+        """Create the optimizer's state now (zeros, step 0: the same as a fresh optimizer),
+        so every rank has the same tensors to broadcast before its first step."""
         state = self.optimizer.state[self._flat]
         if not state:
             step_device = self.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
             state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
-            state["exp_avg"] = torch.zeros_like(self._flat, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(self._flat, memory_format=torch.preserve_format)
+            for key in self.optimizer.state_keys:
+                state[key] = torch.zeros_like(self._flat, memory_format=torch.preserve_format)
 
     def state_tensors(self) -> list[torch.Tensor]:
-        """The trained state as tensors, for a broadcast over the mesh: parameters and
-        Adam's moments (the counters travel as `counters_tensor`)."""
+        """The trained state as tensors, for a broadcast over the mesh: parameters and the
+        optimizer's buffers (Adam's moments; the counters travel as `counters_tensor`)."""
         state = self.optimizer.state[self._flat]
-        return [self._flat.data, state["exp_avg"], state["exp_avg_sq"]]
+        return [self._flat.data, *(state[key] for key in self.optimizer.state_keys)]
 
     def counters_tensor(self) -> torch.Tensor:
         step = float(self.optimizer.state[self._flat]["step"])

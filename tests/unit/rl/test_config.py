@@ -239,7 +239,8 @@ def _apply(path, section, key, value):
 
 # a valid non-default value for keys whose default is None (TOML has no None)
 _GOOD = {"env": "CartPole-v1", "seed": 7, "evaluation_interval": 2, "n_init_learners": 1,
-         "vf_clip_param": 1.0, "lr_schedule": [[0, 0.1]], "clip_param_schedule": [[0, 0.1]]}
+         "vf_clip_param": 1.0, "lr_schedule": [[0, 0.1]], "clip_param_schedule": [[0, 0.1]],
+         "min_time_s_per_iteration": 2.0}
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -1,0 +1,101 @@
+"""IMPALA's config (Espeholt et al. 2018): its training section and its builder,
+torch-free. The algorithm, and the math these keys drive, is ftrl/rl/algorithms/impala.py.
+
+Key names are RLlib's where RLlib has them (`vtrace`, `vtrace_clip_rho_threshold`,
+`vtrace_clip_pg_rho_threshold`, `learner_queue_size`, `broadcast_interval`,
+`opt_type`, `decay`, `momentum`, `epsilon`); `max_policy_lag` is Sample Factory's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ftrl.config.builder import AlgorithmConfig
+from ftrl.config.fields import (
+    check_schedule,
+    keys_of,
+    non_negative_float,
+    one_of,
+    option,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
+from ftrl.config.sections import TrainingConfig
+from ftrl.wire.errors import ConfigError
+
+
+@dataclass
+class IMPALATrainingConfig(TrainingConfig):
+    """IMPALA's hyperparameters, besides the shared lr, gamma, train_batch_size, grad_clip, model."""
+
+    lr: float = option(5e-4, "learning rate", check=positive_float)
+    train_batch_size: int = option(
+        500, "env steps per learner update (the batch the learner takes off its queue)", check=positive_int
+    )
+    grad_clip: float | None = option(40.0, "max global gradient norm (None: no clip)", check=positive_float)
+    lr_schedule: list | None = option(  # noqa: RUF009
+        None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",
+        check=check_schedule,
+    )
+    num_epochs: int = option(1, "passes over each train batch", check=positive_int)
+    minibatch_size: int | None = option(
+        None, "env steps per gradient step, in whole env columns of the batch (None: the whole batch)",
+        check=positive_int,
+    )
+    vtrace: bool = option(True, "V-trace off-policy correction (False: plain n-step returns, no importance weights)")
+    vtrace_clip_rho_threshold: float = option(1.0, "rho-bar: clip of the importance weights in the value targets",
+                                              check=positive_float)
+    vtrace_clip_pg_rho_threshold: float = option(1.0, "clip of the importance weights in the policy-gradient "
+                                                 "advantages", check=positive_float)
+    vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float)
+    entropy_coeff: float = option(0.01, "weight of the entropy bonus", check=non_negative_float)
+    learner_queue_size: int = option(
+        3, "train batches waiting for the learner at most; runners wait when it is full (back-pressure)",
+        check=positive_int,
+    )
+    broadcast_interval: int = option(
+        1, "learner updates between two weights broadcasts to the runners", check=positive_int
+    )
+    max_policy_lag: int = option(
+        20, "use a sample only if the learner moved at most this many updates past its weights "
+        "(older ones are dropped and counted)", check=positive_int,
+    )
+    opt_type: str = option("adam", "optimizer: adam or rmsprop", check=one_of("adam", "rmsprop"))
+    decay: float = option(0.99, "rmsprop: decay of the squared-gradient average", check=unit_interval)
+    momentum: float = option(0.0, "rmsprop: momentum", check=unit_interval)
+    epsilon: float = option(1e-7, "optimizer epsilon (Adam's and RMSProp's)", check=positive_float)
+    deterministic: bool = option(
+        False, "a policy lag of exactly 1 (as Cleanba): every update learns on one fragment of each runner "
+        "sampled with the weights before the last update, in runner order; a run reproduces bit for bit "
+        "from its seed (as long as no runner fails)",
+    )
+
+
+class IMPALAConfig(AlgorithmConfig):
+    """IMPALA config builder: `IMPALAConfig().environment("CartPole-v1").training(lr=5e-4).build()`."""
+
+    algo_name = "IMPALA"
+    training_cls = IMPALATrainingConfig
+    algorithm_path = "ftrl.rl.algorithms.impala:IMPALA"
+
+    @keys_of(IMPALATrainingConfig)
+    def training(self, **kwargs: Any) -> IMPALAConfig:
+        """IMPALA hyperparameters (RLlib's names)."""
+        return self._set("training", kwargs)
+
+    def _validate_training(self) -> None:
+        check_async_training(self)
+
+
+def check_async_training(config: AlgorithmConfig) -> None:
+    """Checks across keys for the asynchronous actor-learner family (IMPALA, APPO)."""
+    t = config.training_cfg
+    run = config.env_runners_cfg
+    if t.minibatch_size is not None and t.minibatch_size > t.train_batch_size:
+        raise ConfigError(f"minibatch_size ({t.minibatch_size}) must not exceed train_batch_size "
+                          f"({t.train_batch_size})")
+    if t.deterministic and run.num_env_runners == 0:
+        raise ConfigError("deterministic=True pipelines sampling on env runners with learning: "
+                          "set num_env_runners >= 1")

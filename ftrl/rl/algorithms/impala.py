@@ -1,0 +1,475 @@
+"""IMPALA (Espeholt et al. 2018, arXiv 1802.01561): asynchronous actors, one learner,
+V-trace off-policy correction. All of it, top to bottom:
+
+    config          IMPALAConfig / IMPALATrainingConfig (ftrl/config/impala.py: torch-free)
+    vtrace          V-trace value targets and policy-gradient advantages (a pure function)
+    time_major      fragments -> [T, B] tensors, and the bootstrap values V-trace needs
+    impala_loss     policy gradient + value loss - entropy bonus of one batch
+    IMPALALearner   one gradient step per batch on the generic Learner (Adam or RMSProp)
+    IMPALA          the driver: runners sample without rounds, the learner learns in a
+                    thread off a bounded queue (ftrl/rl/driver/learner_thread.py)
+
+Data path. Runners sample fragments continuously, each stamped with the weights version
+it was sampled with and the runner incarnation that sampled it; the driver harvests
+what is done (`EnvRunnerGroup.harvest`), gives each runner the newest published weights
+before its next fragment and fills train batches of `train_batch_size` env steps into a
+queue of `learner_queue_size` batches. When the queue is full the runners wait. The
+learner publishes its weights every `broadcast_interval` updates, without waiting for
+anybody. A sample more than `max_policy_lag` updates behind the learner when its batch
+is taken is dropped and counted. A fragment whose runner died never arrives: it is
+counted lost, never half-used. An iteration is a reporting window
+(`min_time_s_per_iteration`, at least one update), not a barrier.
+
+`deterministic=True` replaces the thread by a pipeline of lag exactly 1 (as Cleanba):
+update k learns on one fragment of every runner, in runner order, sampled with the
+weights of update k-1 while update k-1 ran. The same seed gives the same run, bit for bit.
+
+The bootstrap values past a fragment's end and at time-limit cuts are the runner's
+(V of the behaviour weights): fragments do not carry the next observation. Every other
+value is the learner's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ftrl.config.impala import IMPALAConfig, IMPALATrainingConfig
+from ftrl.rl.driver.algorithm import Algorithm
+from ftrl.rl.driver.learner_thread import LearnerThread, TrainBatch
+from ftrl.rl.learning.flat_adam import FlatAdam
+from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
+from ftrl.rl.learning.learner import Learner, scheduled
+from ftrl.rl.sample_batch import check_fragment
+
+__all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "impala_loss", "time_major",
+           "vtrace"]
+
+log = logging.getLogger(__name__)
+
+#: float arrays of a fragment that must be finite to be learned on
+FINITE_KEYS = ("obs", "rewards", "logp", "values", "trunc_values", "last_values")
+
+
+def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: torch.Tensor,
+           values: torch.Tensor, next_values: torch.Tensor, discounts: torch.Tensor,
+           continues: torch.Tensor, clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
+           clip_c_threshold: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets `vs` and policy-gradient advantages, all [T, B] (time-major).
+
+    behaviour_logp, target_logp: log mu(a_t|x_t) and log pi(a_t|x_t).
+    values: V(x_t). next_values: V(x_{t+1}) where the episode goes on (for the last
+        step, the bootstrap value), V(final obs) where it was cut, anything where it ended.
+    discounts: gamma where the episode goes on or was cut, 0 where it terminated.
+    continues: True where x_{t+1} is the next row of the same episode (False at episode
+        ends and at the last row): the trace goes on through it.
+
+        delta_t = rho_t (r_t + d_t next_values_t - V(x_t)),  rho_t = min(rho_bar, pi/mu)
+        vs_t    = V(x_t) + delta_t + d_t c_t (vs_{t+1} - V(x_{t+1}))   [where continues]
+        adv_t   = min(pg_rho_bar, pi/mu) (r_t + d_t vs'_{t+1} - V(x_t))
+
+    with c_t = min(c_bar, pi/mu) and vs'_{t+1} = vs_{t+1} where continues, else
+    next_values_t. On-policy with rho_bar, c_bar >= 1, vs_t is the n-step return."""
+    rhos = torch.exp(target_logp - behaviour_logp)
+    clipped_rhos = rhos.clamp(max=clip_rho_threshold)
+    cs = rhos.clamp(max=clip_c_threshold)
+    deltas = clipped_rhos * (rewards + discounts * next_values - values)
+    carry = discounts * cs * continues.to(values.dtype)
+    vs_minus_v = torch.empty_like(values)
+    acc = torch.zeros_like(values[0])
+    for t in range(values.shape[0] - 1, -1, -1):
+        acc = deltas[t] + carry[t] * acc
+        vs_minus_v[t] = acc
+    vs = values + vs_minus_v
+    vs_next = torch.where(continues, torch.cat([vs[1:], vs[-1:]]), next_values)
+    pg_advantages = rhos.clamp(max=clip_pg_rho_threshold) * (rewards + discounts * vs_next - values)
+    return vs, pg_advantages
+
+
+def time_major(fragments: Sequence[dict[str, Any]], device: torch.device) -> list[dict[str, torch.Tensor]]:
+    """Fragments as [T, B] tensors, side by side along B (one dict per fragment length T)."""
+    by_length: dict[int, list[dict[str, Any]]] = {}
+    for frag in fragments:
+        by_length.setdefault(int(frag["rewards"].shape[0]), []).append(frag)
+    out = []
+    for group in by_length.values():
+        batch: dict[str, torch.Tensor] = {}
+        for key in ("obs", "actions", "rewards", "logp", "values", "trunc_values", "terminateds", "truncateds",
+                    "valid"):
+            arrays = [f[key] for f in group]
+            if key == "obs":
+                arrays = [a.reshape(a.shape[0], a.shape[1], -1) for a in arrays]
+            joined = np.concatenate(arrays, axis=1)
+            if joined.dtype == np.float64:
+                joined = joined.astype(np.float32)
+            batch[key] = torch.from_numpy(np.ascontiguousarray(joined)).to(device)
+        last = np.concatenate([np.asarray(f["last_values"], np.float32) for f in group])
+        batch["last_values"] = torch.from_numpy(last).to(device)
+        out.append(batch)
+    return out
+
+
+def steps_per_epoch(num_samples: int, minibatch_size: int | None) -> int:
+    """Gradient steps in one pass over a batch of `num_samples` env steps."""
+    if minibatch_size is None:
+        return 1
+    return max(1, num_samples // minibatch_size)
+
+
+def column_subsets(batches: list[dict[str, torch.Tensor]],
+                   columns: list[tuple[int, int]]) -> list[dict[str, torch.Tensor]]:
+    """The [T, b] sub-batches of `batches` made of the (batch, column) pairs in `columns`."""
+    chosen: dict[int, list[int]] = {}
+    for g, c in columns:
+        chosen.setdefault(g, []).append(c)
+    out = []
+    for g, cols in sorted(chosen.items()):
+        batch = batches[g]
+        if len(cols) == batch["rewards"].shape[1]:
+            out.append(batch)
+            continue
+        index = torch.as_tensor(sorted(cols), device=batch["rewards"].device)
+        out.append({k: v.index_select(0 if k == "last_values" else 1, index) for k, v in batch.items()})
+    return out
+
+
+def impala_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], hp: IMPALATrainingConfig,
+                target_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """IMPALA's loss of one [T, B] batch: -logp * advantage + vf_loss_coeff * 0.5 (vs -
+    V)^2 - entropy_coeff * entropy, summed over valid steps (divide by their count
+    outside). Returns the sum and the tensors APPO builds on (logp, the V-trace advantages)."""
+    t_len, width = batch["rewards"].shape
+    obs = batch["obs"].reshape(t_len * width, -1)
+    actions = batch["actions"].reshape((t_len * width, *batch["actions"].shape[2:]))
+    logp, entropy, values = model.evaluate(obs, actions)
+    logp, entropy, values = (x.reshape(t_len, width) for x in (logp, entropy, values))
+    with torch.no_grad():
+        vs, pg_adv = vtrace_targets(batch, values.detach(), logp.detach() if target_logp is None else target_logp,
+                                    hp)
+    mask = batch["valid"].to(values.dtype)
+    pg_loss = -(logp * pg_adv * mask).sum()
+    vf_loss = 0.5 * (((vs - values) ** 2) * mask).sum()
+    ent = (entropy * mask).sum()
+    loss = pg_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
+    return loss, {"logp": logp, "pg_adv": pg_adv, "mask": mask, "policy_loss": pg_loss.detach(),
+                  "vf_loss": vf_loss.detach(), "entropy": ent.detach(), "vf_loss_t": vf_loss, "entropy_t": ent}
+
+
+def vtrace_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, target_logp: torch.Tensor,
+                   hp: IMPALATrainingConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace on one [T, B] batch (`vtrace=False`: the importance weights are 1, so
+    the targets are plain n-step returns)."""
+    term, trunc = batch["terminateds"], batch["truncateds"]
+    next_values = torch.cat([values[1:], batch["last_values"][None]])
+    next_values = torch.where(trunc, batch["trunc_values"], next_values)
+    discounts = hp.gamma * (~term).to(values.dtype)
+    continues = ~(term | trunc)
+    continues[-1] = False
+    behaviour = batch["logp"] if hp.vtrace else target_logp
+    return vtrace(behaviour, target_logp, batch["rewards"], values, next_values, discounts, continues,
+                  hp.vtrace_clip_rho_threshold, hp.vtrace_clip_pg_rho_threshold)
+
+
+class IMPALALearner(Learner):
+    """One gradient step per train batch (this rank's shard of it in a mesh)."""
+
+    mesh_config_keys = ("algo", "model", "lr", "lr_schedule", "gamma", "grad_clip", "vtrace",
+                        "vtrace_clip_rho_threshold", "vtrace_clip_pg_rho_threshold", "vf_loss_coeff",
+                        "entropy_coeff", "num_epochs", "minibatch_size", "opt_type", "decay", "momentum", "epsilon", "num_gpus_per_learner")
+    rank_invariant_stats = ("grad_norm", "lr", "num_sgd_steps")
+
+    def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam | FlatRMSProp:
+        hp = self.hp
+        if hp.opt_type == "rmsprop":
+            return FlatRMSProp(flat, lr=hp.lr, alpha=hp.decay, eps=hp.epsilon, momentum=hp.momentum)
+        return FlatAdam(flat, lr=hp.lr, eps=hp.epsilon)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The summed loss of one [T, B] batch and its statistics (APPO overrides)."""
+        loss, parts = impala_loss(self.model, batch, self.hp)
+        return loss, {k: parts[k] for k in ("policy_loss", "vf_loss", "entropy")}
+
+    @classmethod
+    def split_update(cls, config: IMPALAConfig, fragments: Sequence[dict[str, np.ndarray]],
+                     num_members: int) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, Any]]:
+        """A shard per member, and the gradient steps per epoch of the WHOLE batch, which
+        every member takes on its shard (the same number of all-reduces on every rank)."""
+        shards, _ = super().split_update(config, fragments, num_members)
+        n_total = int(sum(int(f["valid"].sum()) for f in fragments))
+        return shards, {"sgd_steps_per_epoch": steps_per_epoch(n_total, config.training_cfg.minibatch_size)}
+
+    def update(self, fragments: Sequence[dict[str, Any]], env_steps_sampled: int = 0,
+               sgd_steps_per_epoch: int | None = None) -> dict[str, Any]:
+        """`num_epochs` passes of gradient steps over the fragments (each step on whole env
+        columns, V-trace recomputed with the current values); returns learner metrics."""
+        start = time.perf_counter()
+        hp = self.hp
+        batches = time_major(fragments, self.device) if fragments else []
+        n = int(sum(int(b["valid"].sum()) for b in batches))
+        if n == 0 and self.allreduce is None:
+            return {"num_samples": 0, "weights_version": self.version}
+        steps = sgd_steps_per_epoch if self.allreduce is not None else steps_per_epoch(n, hp.minibatch_size)
+        lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
+        self.set_lr(lr)
+        reduce_buf = self.new_reduce_buffer()
+        columns = [(g, c) for g, b in enumerate(batches) for c in range(b["rewards"].shape[1])]
+        stats: dict[str, float] = {}
+        grad_norms: list[float] = []
+        self.model.train()
+        for _ in range(hp.num_epochs):
+            parts = [np.arange(len(columns))] if steps == 1 else np.array_split(self.rng.permutation(len(columns)),
+                                                                               steps)
+            for part in parts:
+                total, n_part = None, 0
+                for sub in column_subsets(batches, [columns[i] for i in part]):
+                    loss, step_stats = self.loss(sub)
+                    total = loss if total is None else total + loss
+                    n_part += int(sub["valid"].sum())
+                    for key, value in step_stats.items():
+                        stats[key] = stats.get(key, 0.0) + float(value)
+                if total is None or n_part == 0:  # an empty share of this step: contribute nothing
+                    grad_norms.append(self.apply_gradient(None, 0, reduce_buf))
+                    continue
+                grad_norms.append(self.apply_gradient(total / n_part, n_part, reduce_buf))
+        self.model.eval()
+        self.version += 1
+        self.num_updates += 1
+        self.after_update()
+        passes = max(1, n * hp.num_epochs)
+        out: dict[str, Any] = {k: v / passes for k, v in stats.items()}
+        out.update({"grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0, "lr": lr, "num_samples": n,
+                    "num_sgd_steps": steps * hp.num_epochs, "weights_version": self.version,
+                    "learn_time_s": time.perf_counter() - start})
+        return out
+
+    def after_update(self) -> None:
+        """Hook after each step (APPO: the target network)."""
+
+
+class IMPALA(Algorithm):
+    """IMPALA's driver: the asynchronous data path on the Algorithm base (the module
+    docstring). `self.learner` is the in-process learner or the elastic learner group."""
+
+    learner_class_path = "ftrl.rl.algorithms.impala:IMPALALearner"
+    learner_cls: type[IMPALALearner] = IMPALALearner
+
+    def __init__(self, config: IMPALAConfig, **kwargs: Any) -> None:
+        self._thread: LearnerThread | None = None
+        self._pending = TrainBatch()
+        self._round_out = False
+        self.counters = dict.fromkeys(("num_samples_dropped_stale", "env_steps_dropped_stale",
+                                       "num_samples_invalid"), 0)
+        super().__init__(config, **kwargs)
+
+    def setup_learner(self) -> IMPALALearner:
+        return self.learner_cls(self.config, self.spec)
+
+    def _setup_runners(self) -> None:
+        super()._setup_runners()
+        group = self.env_runner_group
+        if group is not None:  # staleness is judged by the learner (max_policy_lag), not the group
+            group.max_weights_lag = 0 if self.config.training_cfg.deterministic else 1 << 30
+
+    # ------------------------------------------------------------------ one reporting window
+
+    def training_iteration(self) -> dict[str, Any]:
+        if self.config.training_cfg.deterministic:
+            return self._pipelined_update()
+        thread = self._learner_thread()
+        t0 = time.monotonic()
+        min_time = self.config.reporting_cfg.min_time_s_per_iteration
+        window = 1.0 if min_time is None else float(min_time)
+        updates_before = thread.num_updates
+        sample_s = 0.0
+        while True:
+            t = time.monotonic()
+            self._sample_into_queue(thread)
+            sample_s += time.monotonic() - t
+            if thread.num_updates > updates_before and time.monotonic() - t0 >= window:
+                break
+        stats = thread.take_window()
+        self.env_steps_trained += int(stats.pop("env_steps_trained_this_iter"))
+        stats["timers"] = {"sample_s": sample_s, "iteration_s": time.monotonic() - t0}
+        return self._with_counters(stats)
+
+    def _learner_thread(self) -> LearnerThread:
+        if self._thread is None:
+            t = self.config.training_cfg
+            self._thread = LearnerThread(self.learner, queue_size=t.learner_queue_size,
+                                         max_policy_lag=t.max_policy_lag, broadcast_interval=t.broadcast_interval,
+                                         env_steps_sampled=lambda: self.env_steps_sampled)
+        return self._thread
+
+    def _sample_into_queue(self, thread: LearnerThread) -> None:
+        """Take what the runners finished (sampling on with the newest published weights),
+        fill train batches, queue the full ones (waiting while the queue is full)."""
+        thread.raise_error()
+        version, weights = thread.published
+        results: list[dict[str, Any]] = []
+        if self.local_runner is not None:
+            if self.local_runner.weights_version != version:
+                self.local_runner.set_weights(version, weights, self.filter.get_state())
+            results.append(self.local_runner.sample())
+        else:
+            group = self.env_runner_group
+            assert group is not None
+            if group.latest_version != version:
+                group.sync_weights(version, weights, self.filter.get_state())
+            if not group.healthy():
+                group.wait_for_healthy()
+            harvest = group.harvest(current_version=version)
+            results = harvest.results
+            if not results:
+                group.wait_any(0.05)
+        for result in results:
+            fragment = self._usable_fragment(result)
+            if fragment is not None:
+                self._pending.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)))
+        batch_steps = self.config.training_cfg.train_batch_size
+        while self._pending.num_env_steps >= batch_steps:
+            batch, self._pending = self._pending, TrainBatch()
+            while not thread.put(batch, timeout_s=0.1):  # back-pressure: the runners wait
+                if self.env_runner_group is not None:
+                    self.env_runner_group.poll_recoveries()
+
+    def _usable_fragment(self, result: dict[str, Any]) -> dict[str, Any] | None:
+        """Bookkeeping for one sample result; its fragment, unless it is not to be used."""
+        dropped = bool(result.get("dropped", False))
+        self._record(result, used=not dropped)
+        if dropped:
+            return None
+        fragment = result["batch"]
+        return fragment if self._usable(fragment, result) else None
+
+    def _usable(self, fragment: dict[str, Any], result: dict[str, Any]) -> bool:
+        """A malformed fragment, or one with NaN or inf in it, is dropped and counted."""
+        try:
+            check_fragment(fragment)
+            bad = [k for k in FINITE_KEYS if not np.isfinite(np.asarray(fragment[k])).all()]
+        except (ValueError, TypeError) as e:
+            bad = [str(e)]
+        if bad:
+            self.counters["num_samples_invalid"] += 1
+            self._log_invalid(result, bad)
+            return False
+        return True
+
+    def _log_invalid(self, result: dict[str, Any], bad: list[str]) -> None:
+        log.warning("dropping a fragment of %s: not finite or malformed (%s)",
+                                            result.get("runner", "the local runner"), ", ".join(bad))
+
+    def _with_counters(self, stats: dict[str, Any]) -> dict[str, Any]:
+        thread = self._thread
+        stats["num_samples_dropped_stale"] = self.counters["num_samples_dropped_stale"] + (
+            thread.num_samples_dropped_stale if thread else 0)
+        stats["env_steps_dropped_stale"] = self.counters["env_steps_dropped_stale"] + (
+            thread.env_steps_dropped_stale if thread else 0)
+        stats["num_samples_invalid"] = self.counters["num_samples_invalid"]
+        return stats
+
+    # ------------------------------------------------------------------ deterministic: lag exactly 1
+
+    def _pipelined_update(self) -> dict[str, Any]:
+        """Collect the round sampled with the previous weights, start the next round with
+        the current ones, then learn on the collected round while it samples."""
+        t0 = time.monotonic()
+        if not self._round_out:
+            self._start_round()
+        results = self._collect_round()
+        self._start_round()
+        t1 = time.monotonic()
+        current = self.learner_version
+        fragments, lags = [], []
+        for result in sorted(results, key=lambda r: int(r.get("worker_index", 0))):
+            fragment = self._usable_fragment(result)
+            if fragment is None:
+                continue
+            lag = current - int(result.get("weights_version", -1))
+            if lag > self.config.training_cfg.max_policy_lag:
+                self.counters["num_samples_dropped_stale"] += 1
+                self.counters["env_steps_dropped_stale"] += int(result.get("env_steps", 0))
+                continue
+            fragments.append(fragment)
+            lags.append(lag)
+        learn: dict[str, Any] = {"num_samples": 0, "weights_version": current}
+        if fragments:
+            learn = self.learner.update(fragments, env_steps_sampled=self.env_steps_sampled)
+        self.env_steps_trained += int(learn.get("num_samples", 0))
+        t2 = time.monotonic()
+        stats = {
+            "learner": learn,
+            "num_learner_updates_this_iter": 1 if fragments else 0,
+            "policy_lag_min": min(lags) if lags else None,
+            "policy_lag_mean": float(np.mean(lags)) if lags else None,
+            "policy_lag_max": max(lags) if lags else None,
+            "learner_queue_depth": 0,
+            "learner_busy_share": (t2 - t1) / max(1e-9, t2 - t0),
+            "timers": {"sample_s": t1 - t0, "learn_s": t2 - t1},
+        }
+        return self._with_counters(stats)
+
+    def _start_round(self) -> None:
+        """Sync the learner's weights; one sample request to every healthy runner."""
+        group = self.env_runner_group
+        assert group is not None
+        self.sync_weights()
+        group.wait_for_healthy()
+        group.harvest(current_version=self.learner_version)
+        self._round_out = True
+
+    def _collect_round(self) -> list[dict[str, Any]]:
+        """Every request of the round in flight (until the sample timeout)."""
+        group = self.env_runner_group
+        assert group is not None
+        results: list[dict[str, Any]] = []
+        deadline = time.monotonic() + self.config.env_runners_cfg.sample_timeout_s
+        while True:
+            results += group.harvest(current_version=group.latest_version, request_steps=0).results
+            remaining = deadline - time.monotonic()
+            if group.in_flight() == 0 or remaining <= 0:
+                return results
+            group.wait_any(min(0.5, remaining))
+
+    # ------------------------------------------------------------------ the learner thread's neighbours
+
+    def sync_weights(self) -> None:
+        """Push the newest published weights (the learner's own before the thread runs)."""
+        if self._thread is None:
+            super().sync_weights()
+            return
+        version, weights = self._thread.published
+        filter_state = self.filter.get_state()
+        if self.local_runner is not None:
+            self.local_runner.set_weights(version, weights, filter_state)
+        if self.env_runner_group is not None:
+            self.env_runner_group.sync_weights(version, weights, filter_state)
+
+    def _learner_source(self) -> Any:
+        if self._thread is None or self.learner_group is not None:
+            return super()._learner_source()
+        with self._thread.lock:  # the in-process learner: never read mid-update
+            return super()._learner_source()
+
+    def get_state(self) -> dict[str, Any]:
+        if self._thread is None or self.learner_group is not None:
+            return super().get_state()
+        with self._thread.lock:
+            return super().get_state()
+
+    def get_algo_counters(self) -> dict[str, int]:
+        """The counters a driver state keeps (ftrl.rl.driver.state)."""
+        return {k: int(v) for k, v in self._with_counters({}).items()}
+
+    def set_algo_counters(self, counters: dict[str, Any]) -> None:
+        for key in self.counters:
+            self.counters[key] = int(counters.get(key, 0))
+
+    def stop(self, kill_actors: bool = True) -> None:
+        if self._thread is not None:
+            self._thread.stop()
+        super().stop(kill_actors)

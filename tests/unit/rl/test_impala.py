@@ -1,0 +1,147 @@
+"""IMPALA and APPO learners, RMSProp, and the configs' bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import ftrl
+from ftrl.config import APPOConfig, IMPALAConfig, config_class, load_job
+from ftrl.rl.algorithms.appo import APPOLearner
+from ftrl.rl.algorithms.impala import IMPALALearner, column_subsets, steps_per_epoch, time_major
+from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
+from ftrl.rl.sampling.env_runner import EnvRunner
+from ftrl.wire import codec
+from ftrl.wire.errors import ConfigError
+
+
+def _config(cls=APPOConfig, seed: int = 0, **training):
+    return (cls().environment("CartPole-v1")
+            .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=16)
+            .training(train_batch_size=128, **training)
+            .debugging(seed=seed))
+
+
+def _fragments(cfg, learner, n: int = 2):
+    runner = EnvRunner(cfg, set_torch_threads=False)
+    runner.set_weights(*learner.get_weights())
+    return [runner.sample()["batch"] for _ in range(n)]
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_flat_rmsprop_is_torch_rmsprop(momentum):
+    torch.manual_seed(0)
+    mine = torch.nn.Parameter(torch.randn(50))
+    ref = torch.nn.Parameter(mine.detach().clone())
+    ours = FlatRMSProp(mine, lr=0.01, alpha=0.9, eps=1e-5, momentum=momentum)
+    theirs = torch.optim.RMSprop([ref], lr=0.01, alpha=0.9, eps=1e-5, momentum=momentum)
+    for step in range(5):
+        grad = torch.randn(50, generator=torch.Generator().manual_seed(step))
+        mine.grad = grad.clone()
+        ref.grad = grad.clone()
+        ours.step()
+        theirs.step()
+    torch.testing.assert_close(mine.detach(), ref.detach(), rtol=1e-6, atol=1e-7)
+    ours_state = ours.state_dict()
+    again = FlatRMSProp(torch.nn.Parameter(mine.detach().clone()), lr=0.5)
+    again.load_state_dict(ours_state)
+    assert again.param_groups[0]["lr"] == 0.01
+    torch.testing.assert_close(again.state[again.param]["square_avg"], ours.state[mine]["square_avg"])
+
+
+@pytest.mark.parametrize("opt_type", ["adam", "rmsprop"])
+def test_impala_update_learns_and_bumps_version(opt_type):
+    cfg = _config(IMPALAConfig, opt_type=opt_type, lr=1e-3)
+    learner = IMPALALearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+    frags = _fragments(cfg, learner)
+    before = learner.get_weights()[1]
+    out = learner.update(frags)
+    assert learner.version == 1 and out["weights_version"] == 1
+    assert out["num_samples"] == 2 * 16 * 4 and out["num_sgd_steps"] == 1
+    assert all(np.isfinite(out[k]) for k in ("policy_loss", "vf_loss", "entropy", "grad_norm"))
+    assert not np.array_equal(before, learner.get_weights()[1])
+    assert set(learner.optimizer.state[learner._flat]) >= {"step", *learner.optimizer.state_keys}
+
+
+def test_minibatches_take_whole_env_columns_and_every_epoch():
+    cfg = _config(IMPALAConfig, num_epochs=3, minibatch_size=32)
+    learner = IMPALALearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+    frags = _fragments(cfg, learner)
+    assert steps_per_epoch(128, 32) == 4 and steps_per_epoch(128, None) == 1
+    out = learner.update(frags)
+    assert out["num_sgd_steps"] == 3 * 4
+    batches = time_major(frags, torch.device("cpu"))
+    assert len(batches) == 1 and batches[0]["rewards"].shape == (16, 8)
+    sub = column_subsets(batches, [(0, 1), (0, 6)])[0]
+    assert sub["rewards"].shape == (16, 2) and sub["last_values"].shape == (2,)
+    torch.testing.assert_close(sub["obs"][:, 1], batches[0]["obs"][:, 6])
+    # a mesh rank takes the steps the whole batch would: split_update says how many
+    shards, options = IMPALALearner.split_update(cfg, frags, 2)
+    assert options == {"sgd_steps_per_epoch": 4} and len(shards) == 2
+
+
+def test_appo_target_network_follows_every_freq_updates_and_travels_in_the_state():
+    cfg = _config(APPOConfig, target_network_update_freq=2, use_kl_loss=True, kl_coeff=0.3, lr=1e-2)
+    spec = EnvRunner(cfg, set_torch_threads=False).spec
+    learner = APPOLearner(cfg, spec)
+    frags = _fragments(cfg, learner)
+    start = learner._target_flat.clone()
+    out = learner.update(frags)
+    assert "kl" in out and "clip_frac" in out and out["kl_coeff"] == pytest.approx(0.3)
+    torch.testing.assert_close(learner._target_flat, start)  # 1 update: not yet
+    learner.update(frags)
+    torch.testing.assert_close(learner._target_flat, learner._flat.data)  # 2 updates: tau=1 copies
+    assert learner.kl_coeff != 0.3  # tuned at the target update (KL far from kl_target)
+    # the state (through the wire codec) reproduces the next update bit for bit
+    state = codec.decode(codec.encode(learner.get_state()))
+    twin = APPOLearner(cfg, spec)
+    twin.set_state(state)
+    assert twin.kl_coeff == learner.kl_coeff
+    torch.testing.assert_close(twin._target_flat, learner._target_flat)
+    learner.update(frags)
+    twin.update(frags)
+    assert twin.digest() == learner.digest()
+    # a mesh joiner gets the target network and the KL coefficient with the rest
+    assert len(learner.state_tensors()) == 4 and learner.counters_tensor().numel() == 4
+
+
+def test_appo_snapshot_restores_the_target_network():
+    cfg = _config(APPOConfig, target_network_update_freq=1)
+    learner = APPOLearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+    frags = _fragments(cfg, learner)
+    snap = learner.snapshot()
+    digest = learner.digest()
+    learner.update(frags)
+    assert learner.digest() != digest
+    learner.restore(snap)
+    assert learner.digest() == digest and learner.version == 0
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"max_policy_lag": 0}, "max_policy_lag"),
+    ({"learner_queue_size": 0}, "learner_queue_size"),
+    ({"broadcast_interval": 0}, "broadcast_interval"),
+    ({"opt_type": "sgd"}, "opt_type"),
+    ({"minibatch_size": 1000}, "minibatch_size"),
+    ({"vtrace_clip_rho_threshold": -1.0}, "vtrace_clip_rho_threshold"),
+    ({"clip_param": 0.0}, "clip_param"),
+    ({"tau": 1.5}, "tau"),
+])
+def test_bad_values_are_config_errors(change, match):
+    with pytest.raises(ConfigError, match=match):
+        APPOConfig().environment("CartPole-v1").training(**change).validate()
+
+
+def test_deterministic_mode_needs_env_runners():
+    with pytest.raises(ConfigError, match="num_env_runners"):
+        IMPALAConfig().environment("CartPole-v1").training(deterministic=True).validate()
+
+
+def test_algorithms_are_found_by_name():
+    assert config_class("appo") is APPOConfig and config_class("IMPALA") is IMPALAConfig
+    assert ftrl.APPOConfig is APPOConfig
+    job = load_job(data={"algo": "APPO", "env": "CartPole-v1", "clip_param": 0.3, "stop": {"stop_iters": 2}})
+    assert job.config.training_cfg.clip_param == 0.3 and job.config.training_cfg.vtrace is True
+    with pytest.raises(ConfigError, match="clip_param"):
+        load_job(data={"algo": "IMPALA", "env": "CartPole-v1", "clip_param": 0.3})  # IMPALA has none
