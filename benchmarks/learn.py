@@ -23,8 +23,8 @@ import platform
 import subprocess
 import sys
 import tempfile
-import tomllib
 import time
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -84,7 +84,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of it runs
     from ftrl.client.context import RuntimeContext, get_runtime_context
     from ftrl.client.jobs import FINAL_STAGES as FINAL_JOB_STAGES
     from ftrl.client.jobs import JOB_STAGES
-    from ftrl.config import APPOConfig, AlgorithmConfig, IMPALAConfig, JobSpec, PPOConfig, StopCriteria, load_job  # noqa: F401
+    from ftrl.config import (  # noqa: F401
+        AlgorithmConfig,
+        APPOConfig,
+        IMPALAConfig,
+        JobSpec,
+        PPOConfig,
+        StopCriteria,
+        load_job,
+    )
     from ftrl.wire.errors import (
         ActorDiedError,
         ActorError,

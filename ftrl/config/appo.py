@@ -8,7 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ftrl.config.fields import keys_of, non_negative_float, option, positive_float, positive_int, unit_interval
+from ftrl.config.fields import (
+    keys_of,
+    non_negative_float,
+    option,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from ftrl.config.impala import IMPALAConfig, IMPALATrainingConfig, check_async_training
 
 

@@ -45,3 +45,26 @@ def test_ppo_trains_a_cnn_on_pong(num_env_runners, make_cluster):
         if client is not None:
             client.close()
     assert time.monotonic() - t0 < 60
+
+
+def test_appo_trains_a_cnn_on_pong_from_a_remote_runner(make_cluster):
+    """The asynchronous path with the CNN: a runner on the cluster samples Pong with torch,
+    the learner thread learns off the queue."""
+    from ftrl.config import APPOConfig
+
+    client = make_cluster(slots=2).client()
+    config = (APPOConfig().environment("atari:ALE/Pong-v5")
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=2, rollout_fragment_length=32)
+              .training(train_batch_size=128).reporting(min_time_s_per_iteration=0.0).debugging(seed=0))
+    algo = config.build(client=client, job_name="pong-appo")
+    try:
+        assert isinstance(algo.learner.model, ConvActorCritic)
+        _, before = algo.get_weights()
+        rows = [algo.train() for _ in range(3)]
+        assert sum(r["num_learner_updates_this_iter"] for r in rows) >= 3
+        assert rows[-1]["env_steps_trained"] >= 3 * 128
+        _, after = algo.get_weights()
+        assert np.isfinite(after).all() and not np.array_equal(after, before)
+    finally:
+        algo.stop()
+        client.close()

@@ -461,6 +461,12 @@ class IMPALA(Algorithm):
         with self._thread.lock:
             return super().get_state()
 
+    def get_weights(self) -> tuple[int, np.ndarray]:
+        if self._thread is None or self.learner_group is not None:
+            return super().get_weights()
+        with self._thread.lock:
+            return super().get_weights()
+
     def get_algo_counters(self) -> dict[str, int]:
         """The counters a driver state keeps (ftrl.rl.driver.state)."""
         return {k: int(v) for k, v in self._with_counters({}).items()}
