@@ -1,4 +1,4 @@
-"""PPO on CartPole-v1 with 2 env runners on the embedded local cluster, calm and with an
+"""PPO (or the algorithm of `--config`, e.g. examples/cartpole_appo.toml) on CartPole-v1 with 2 env runners on the embedded local cluster, calm and with an
 env runner SIGKILLed every `--kill-every` seconds; reports the slowdown. Prints ONE JSON.
 
     python benchmarks/chaos_train.py [--kill-every 1 3] [--seed 0] [--target 475] [--steps 200000]
@@ -36,8 +36,9 @@ def runner_pids(client, job: str) -> dict[str, int]:
     return {a["name"]: a["pid"] for a in client.actors() if a["name"].startswith(f"{job}/env_runner/") and a["state"] == "ALIVE" and a["pid"]}
 
 
-def run(client, job: str, seed: int, target: float, kill_every: float | None, max_steps: int = 300_000) -> dict:
-    config = load_job(REPO / "examples" / "cartpole_ppo.toml").config
+def run(client, job: str, seed: int, target: float, kill_every: float | None, max_steps: int = 300_000,
+        job_file: Path = REPO / "examples" / "cartpole_ppo.toml") -> dict:
+    config = load_job(job_file).config
     config.env_runners(num_env_runners=2).debugging(seed=seed)
     t0 = time.monotonic()
     algo = config.build(client=client, job_name=job)
@@ -91,24 +92,28 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--steps", type=int, default=200_000, help="env steps of the long runs")
     parser.add_argument("--spares", type=int, default=2, help="warm spare processes of the worker")
+    parser.add_argument("--config", type=Path, default=REPO / "examples" / "cartpole_ppo.toml",
+                        help="the job file (examples/cartpole_appo.toml: APPO)")
     args = parser.parse_args()
     env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out: dict = {"to_target": {}, "long_run": {}}
     with LocalCluster(workers=1, slots=2, spares=args.spares, preload="ftrl.rl.sampling.env_runner", env=env) as cluster:
         client = cluster.client()
-        calm = run(client, "calm", args.seed, args.target, None)
+        calm = run(client, "calm", args.seed, args.target, None, job_file=args.config)
         out["to_target"]["calm"] = calm
         for every in args.kill_every:
-            chaos = run(client, f"chaos{every:g}", args.seed, args.target, every)
+            chaos = run(client, f"chaos{every:g}", args.seed, args.target, every, job_file=args.config)
             out["to_target"][f"kill_every_{every:g}s"] = {**chaos, "slowdown": round(chaos["wall_s"] / calm["wall_s"], 3)}
-        calm_long = run(client, "calmlong", args.seed, float("inf"), None, args.steps)
+        calm_long = run(client, "calmlong", args.seed, float("inf"), None, args.steps, job_file=args.config)
         out["long_run"]["calm"] = calm_long
         for every in args.kill_every:
-            chaos = run(client, f"chaoslong{every:g}", args.seed, float("inf"), every, args.steps)
+            chaos = run(client, f"chaoslong{every:g}", args.seed, float("inf"), every, args.steps,
+                        job_file=args.config)
             out["long_run"][f"kill_every_{every:g}s"] = {**chaos, "slowdown": round(chaos["wall_s"] / calm_long["wall_s"], 3)}
     print(json.dumps({
         "benchmark": "chaos_train",
         "env": "CartPole-v1",
+        "config": str(args.config.relative_to(REPO)) if args.config.is_relative_to(REPO) else str(args.config),
         "num_env_runners": 2,
         "spares": args.spares,
         **out,

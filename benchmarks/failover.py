@@ -2,7 +2,7 @@
 
     python benchmarks/failover.py [--scenarios calm runners learners nodes all] [--steps 100000]
 
-A job (examples/cartpole_ppo.toml, `--runners` env runners, `--learners` learners,
+A job (examples/cartpole_ppo.toml or `--config`, `--runners` env runners, `--learners` learners,
 `--steps` env steps) is submitted to a two-worker cluster (a coordinator, two
 `ftrl worker` processes) and run once calm and once per chaos scenario, from the same
 seed. Once its first metrics row is written, the chaos begins:
@@ -203,7 +203,7 @@ class Chaos:
 def run(cluster: LocalCluster, client, scenario: str, args, workdir: Path, number: int) -> dict:
     job = f"ettr{number}-{scenario}"
     out = workdir / job
-    config = load_job(Path(ROOT) / "examples" / "cartpole_ppo.toml").config
+    config = load_job(args.config).config
     config.env_runners(num_env_runners=args.runners).learners(num_learners=args.learners)
     config.checkpointing(checkpoint_interval=args.checkpoint_interval).debugging(seed=args.seed)
     data = job_config(config, {"stop_timesteps": args.steps, "stop_reward": None})
@@ -281,6 +281,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--config", type=Path, default=Path(ROOT) / "examples" / "cartpole_ppo.toml",
+                    help="the job file (examples/cartpole_appo.toml: APPO)")
     ap.add_argument("--runners", type=int, default=2)
     ap.add_argument("--learners", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -303,7 +305,7 @@ def main() -> None:
         args.scenarios.insert(0, "calm")
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="ftrl-failover-"))
     results: dict[str, dict] = {}
-    job = load_job(Path(ROOT) / "examples" / "cartpole_ppo.toml").config
+    job = load_job(args.config).config
     job.env_runners(num_env_runners=args.runners).learners(num_learners=args.learners)
     preload = args.preload if args.preload is not None else spare_preload(job, driver=False)
     with LocalCluster(workers=2, slots=args.slots, spares=2, preload=preload,

@@ -111,12 +111,13 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--max-steps", type=int, default=200_000)
     args = parser.parse_args()
+    job_file = tomllib.loads(args.config.read_text())
     runs = [run_seed(args.config.resolve(), s, args.num_env_runners, args.target, args.max_steps) for s in args.seeds]
     solved = [r for r in runs if r["solved"]]
     out = {
         "benchmark": "learn",
-        "env": "CartPole-v1",
-        "algo": str(tomllib.loads(args.config.read_text()).get("algo", "PPO")).upper(),
+        "env": job_file.get("env") or job_file.get("environment", {}).get("env", "CartPole-v1"),
+        "algo": str(job_file.get("algo", "PPO")).upper(),
         "target_episode_return_mean": args.target,
         "window_episodes": 100,
         "num_env_runners": args.num_env_runners,

@@ -152,3 +152,30 @@ def test_two_learners_on_one_gpu_are_refused_before_anything_starts(tmp_path):
                           timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "needs 2 GPU(s)" in proc.stderr and "shows 1" in proc.stderr
+
+
+def test_appo_learner_on_cuda_follows_the_cpu_learner_with_its_target_network():
+    """APPO on the GPU (pinned host memory, non-blocking copies) takes the same steps as
+    on the CPU, up to float rounding, and its state (target network included) moves
+    between the devices."""
+    from ftrl.config import APPOConfig
+    from ftrl.rl.algorithms.appo import APPOLearner
+
+    cfg = (APPOConfig().environment("CartPole-v1")
+           .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=32)
+           .training(train_batch_size=256, num_epochs=2, minibatch_size=128, target_network_update_freq=1)
+           .debugging(seed=3))
+    runner = EnvRunner(cfg, set_torch_threads=False)
+    cpu = APPOLearner(cfg, runner.spec)
+    gpu = APPOLearner(cfg, runner.spec, device=CUDA)
+    assert np.array_equal(cpu.get_weights()[1], gpu.get_weights()[1])
+    runner.set_weights(*cpu.get_weights())
+    frags = [runner.sample()["batch"]]
+    for _ in range(3):
+        cpu.update(frags)
+        gpu.update(frags)
+    np.testing.assert_allclose(gpu.get_weights()[1], cpu.get_weights()[1], rtol=0, atol=5e-4)
+    assert gpu._target_flat.device.type == "cuda"
+    twin = APPOLearner(cfg, runner.spec)
+    twin.set_state(gpu.get_state())
+    np.testing.assert_array_equal(twin._target_flat.numpy(), gpu._target_flat.cpu().numpy())

@@ -196,3 +196,44 @@ def test_fragments_with_nan_are_dropped_and_counted_and_the_learner_goes_on():
     assert rows[-1]["num_samples_invalid"] >= calls["n"] // 3 - 1 > 0
     assert np.isfinite(weights).all()
     assert rows[-1]["env_steps_trained"] > 0
+
+
+@pytest.mark.timeout(240)
+def test_appo_loses_the_node_of_half_its_runners_and_gets_them_back(make_cluster):
+    """A worker with half the runners is SIGKILLed: the learner never stops (every window
+    has updates), the runners are re-placed on the other node, and sampling comes back."""
+    from ftrl.config import load_job
+
+    cluster = make_cluster(workers=2, slots=4)
+    client = cluster.client()
+    config = load_job(APPO_JOB).config
+    config.env_runners(num_env_runners=4).reporting(min_time_s_per_iteration=0.5).debugging(seed=0)
+    algo = config.build(client=client, job_name="appo-node")
+
+    def runners() -> list[dict]:
+        return [a for a in client.actors() if a["name"].startswith("appo-node/env_runner/")]
+
+    try:
+        before = [algo.train() for _ in range(3)]
+        by_node: dict[str, list[str]] = {}
+        for a in runners():
+            by_node.setdefault(a["node_id"], []).append(a["name"])
+        victim = max(by_node, key=lambda n: len(by_node[n]))
+        moved = set(by_node[victim])
+        os.kill(cluster.worker_procs[victim].pid, signal.SIGKILL)
+        during: list[dict] = []
+
+        def all_back_elsewhere() -> bool:
+            during.append(algo.train())
+            placed = {a["name"]: a for a in runners()}
+            return (algo.env_runner_group.num_healthy == 4
+                    and all(placed[n]["node_id"] != victim and placed[n]["state"] == "ALIVE" for n in moved))
+
+        wait_until(all_back_elsewhere, timeout=120, interval=0.0, what="runners re-placed off the killed worker")
+        after = [algo.train() for _ in range(3)]
+    finally:
+        algo.stop()
+    assert all(r["num_learner_updates_this_iter"] >= 1 for r in before + during + after)
+    rate = lambda rows: sum(r["env_steps_sampled_this_iter"] for r in rows) / sum(r["time_this_iter_s"] for r in rows)  # noqa: E731
+    assert rate(after) >= 0.5 * rate(before), (rate(before), rate(after))
+    assert after[-1]["num_env_runner_failures"] >= len(moved)

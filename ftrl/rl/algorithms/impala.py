@@ -107,11 +107,20 @@ def time_major(fragments: Sequence[dict[str, Any]], device: torch.device) -> lis
             joined = np.concatenate(arrays, axis=1)
             if joined.dtype == np.float64:
                 joined = joined.astype(np.float32)
-            batch[key] = torch.from_numpy(np.ascontiguousarray(joined)).to(device)
-        last = np.concatenate([np.asarray(f["last_values"], np.float32) for f in group])
-        batch["last_values"] = torch.from_numpy(last).to(device)
+            batch[key] = to_device(joined, device)
+        batch["last_values"] = to_device(np.concatenate([np.asarray(f["last_values"], np.float32) for f in group]),
+                                         device)
         out.append(batch)
     return out
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on the learner's device: on a GPU through pinned memory with a
+    non-blocking copy (the copy overlaps the work queued before it)."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def steps_per_epoch(num_samples: int, minibatch_size: int | None) -> int:

@@ -482,11 +482,11 @@ class Algorithm:
         x = self.filter(x, update=False)
         model = getattr(self.learner, "model", None)
         if model is None:  # remote learners: a local copy of the latest weights
-            from ftrl.rl.models.actor_critic import ActorCritic
+            from ftrl.rl.models.factory import build_model
 
             version, weights = self.learner.get_weights()
             if self._local_model is None or self._local_model[0] != version:
-                local = ActorCritic(self.spec, self.config.model_config)
+                local = build_model(self.spec, self.config.model_config)
                 local.set_flat(weights)
                 self._local_model = (version, local)
             model = self._local_model[1]

@@ -91,11 +91,7 @@ class ConvActorCritic(FlatActorCritic):
         self.fc = nn.Sequential(*fc)
         self.pi_head = init_linear(nn.Linear(dim, spec.act_dim), 0.01)
         self.vf_head = init_linear(nn.Linear(dim, 1), 1.0)
-        log_std = action_log_std(spec, model.init_log_std, model.free_log_std)
-        if log_std is None:
-            self.register_parameter("log_std", None)
-        else:
-            self.log_std = log_std
+        self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
         self.layout = named_layout(self)
 
     def image(self, obs: torch.Tensor) -> torch.Tensor:

@@ -78,11 +78,7 @@ class CustomActorCritic(FlatActorCritic):
                 f"model custom_model {path!r}: {cls.__name__}({self.obs_shape}, {spec.act_dim}, "
                 f"**custom_model_config={kwargs!r}) raised {type(e).__name__}: {e}"
             ) from None
-        log_std = action_log_std(spec, model.init_log_std, model.free_log_std)
-        if log_std is None:
-            self.register_parameter("log_std", None)
-        else:
-            self.log_std = log_std
+        self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
         self.layout = named_layout(self)
         if not self.layout:
             raise ConfigError(f"model custom_model {path!r} has no parameters")
