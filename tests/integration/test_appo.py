@@ -56,7 +56,10 @@ def test_appo_reaches_475_while_a_runner_is_sigkilled_every_second(tmp_path):
     rows = _rows(out)
     assert kills >= 3
     assert rows[-1]["num_env_runner_restarts"] >= kills // 2
-    assert rows[-1]["num_samples_lost"] >= 1  # fragments of killed runners: counted, never half-used
+    # a kill mid-fragment loses that fragment (counted, never half-used); a kill of a runner
+    # waiting for the learner (back-pressure) loses none
+    assert 0 <= rows[-1]["num_samples_lost"] <= kills
+    assert rows[-1]["num_env_runner_failures"] >= kills // 2
     # the learner never stopped: every reporting window has updates
     assert all(r["num_learner_updates_this_iter"] >= 1 for r in rows)
     assert all(r["policy_lag_max"] is None or r["policy_lag_max"] <= 20 for r in rows)
