@@ -55,12 +55,14 @@ def test_job_survives_coordinator_kill_and_two_jobs_side_by_side(make_cluster, t
     assert (again["pid"], again["incarnation"]) == (driver["pid"], driver["incarnation"])
     assert c.job_status("second")["stage"] == "STOPPED"
 
-    # results replay every iteration from the first, in order, none missing
-    rows = []
-    for row in c.results("first", follow=False):
-        rows.append(row)
-    iterations = [r["iteration"] for r in rows]
-    assert iterations == list(range(1, len(iterations) + 1)) and len(iterations) >= after["iteration"] - 1
+    # results replay every iteration from the first, in order, none missing: once the
+    # rows queued during the outage followed the newest one (sent first after it)
+    def replayed() -> list[int] | None:
+        iterations = [r["iteration"] for r in c.results("first", follow=False)]
+        complete = iterations == list(range(1, len(iterations) + 1))
+        return iterations if complete and len(iterations) >= after["iteration"] - 1 else None
+
+    wait_until(replayed, 60, what="every row of the outage replayed, in order")
 
     final = c.stop("first", wait=True, timeout=120)
     assert final["stage"] == "STOPPED"
