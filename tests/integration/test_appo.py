@@ -240,3 +240,21 @@ def test_appo_loses_the_node_of_half_its_runners_and_gets_them_back(make_cluster
     rate = lambda rows: sum(r["env_steps_sampled_this_iter"] for r in rows) / sum(r["time_this_iter_s"] for r in rows)  # noqa: E731
     assert rate(after) >= 0.5 * rate(before), (rate(before), rate(after))
     assert after[-1]["num_env_runner_failures"] >= len(moved)
+
+
+def test_a_failing_sub_env_is_restarted_alone_and_appo_goes_on():
+    """A sub-env that raises every 150 steps is rebuilt in place (its runner, the other
+    sub-envs and the learner go on); its unfinished step is never learned on."""
+    config = (APPOConfig().environment("ftrl.testing.envs:make_flaky_env", env_config={"fail_every": 150})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=32)
+              .fault_tolerance(restart_failed_sub_environments=True)
+              .training(train_batch_size=256).reporting(min_time_s_per_iteration=0.3).debugging(seed=0))
+    algo = config.build()
+    try:
+        rows = [algo.train() for _ in range(3)]
+        weights = algo.get_weights()[1]
+    finally:
+        algo.stop()
+    assert rows[-1]["num_sub_env_restarts"] >= 4
+    assert all(r["num_learner_updates_this_iter"] >= 1 for r in rows)
+    assert rows[-1]["num_samples_invalid"] == 0 and np.isfinite(weights).all()

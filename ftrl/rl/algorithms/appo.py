@@ -44,12 +44,13 @@ def appo_loss(model: torch.nn.Module, target_model: torch.nn.Module, batch: dict
     policy_loss = -(surrogate * mask).sum()
     log_r = logp - target_logp
     kl = (((log_r.exp() - 1.0) - log_r) * mask).sum()
-    loss = policy_loss + hp.vf_loss_coeff * parts["vf_loss_t"] - hp.entropy_coeff * parts["entropy_t"]
+    loss = policy_loss + hp.vf_loss_coeff * parts["vf_loss"] - hp.entropy_coeff * parts["entropy"]
     if hp.use_kl_loss:
         loss = loss + kl_coeff * kl
     with torch.no_grad():
         clipped = (((ratio - 1.0).abs() > hp.clip_param).to(mask.dtype) * mask).sum()
-    return loss, {"policy_loss": policy_loss.detach(), "vf_loss": parts["vf_loss"], "entropy": parts["entropy"],
+    return loss, {"policy_loss": policy_loss.detach(), "vf_loss": parts["vf_loss"].detach(),
+                  "entropy": parts["entropy"].detach(),
                   "kl": kl.detach(), "clip_frac": clipped}
 
 

@@ -31,6 +31,7 @@ value is the learner's own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -41,7 +42,7 @@ import torch
 
 from ftrl.config.impala import IMPALAConfig, IMPALATrainingConfig
 from ftrl.rl.driver.algorithm import Algorithm
-from ftrl.rl.driver.learner_thread import LearnerThread, TrainBatch
+from ftrl.rl.driver.learner_thread import LearnerThread, TrainBatch, lag_stats, within_lag
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
 from ftrl.rl.learning.learner import Learner, scheduled
@@ -51,6 +52,9 @@ __all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "i
            "vtrace"]
 
 log = logging.getLogger(__name__)
+
+#: the longest reporting window when no update happens in it (seconds)
+STALLED_WINDOW_S = 30.0
 
 #: float arrays of a fragment that must be finite to be learned on
 FINITE_KEYS = ("obs", "rewards", "logp", "values", "trunc_values", "last_values")
@@ -165,8 +169,8 @@ def impala_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], hp: IMPA
     vf_loss = 0.5 * (((vs - values) ** 2) * mask).sum()
     ent = (entropy * mask).sum()
     loss = pg_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
-    return loss, {"logp": logp, "pg_adv": pg_adv, "mask": mask, "policy_loss": pg_loss.detach(),
-                  "vf_loss": vf_loss.detach(), "entropy": ent.detach(), "vf_loss_t": vf_loss, "entropy_t": ent}
+    return loss, {"logp": logp, "pg_adv": pg_adv, "mask": mask, "policy_loss": pg_loss, "vf_loss": vf_loss,
+                  "entropy": ent}
 
 
 def vtrace_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, target_logp: torch.Tensor,
@@ -189,7 +193,8 @@ class IMPALALearner(Learner):
 
     mesh_config_keys = ("algo", "model", "lr", "lr_schedule", "gamma", "grad_clip", "vtrace",
                         "vtrace_clip_rho_threshold", "vtrace_clip_pg_rho_threshold", "vf_loss_coeff",
-                        "entropy_coeff", "num_epochs", "minibatch_size", "opt_type", "decay", "momentum", "epsilon", "num_gpus_per_learner")
+                        "entropy_coeff", "num_epochs", "minibatch_size", "opt_type", "decay", "momentum",
+                        "epsilon", "num_gpus_per_learner")
     rank_invariant_stats = ("grad_norm", "lr", "num_sgd_steps")
 
     def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam | FlatRMSProp:
@@ -201,7 +206,7 @@ class IMPALALearner(Learner):
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         """The summed loss of one [T, B] batch and its statistics (APPO overrides)."""
         loss, parts = impala_loss(self.model, batch, self.hp)
-        return loss, {k: parts[k] for k in ("policy_loss", "vf_loss", "entropy")}
+        return loss, {k: parts[k].detach() for k in ("policy_loss", "vf_loss", "entropy")}
 
     @classmethod
     def split_update(cls, config: IMPALAConfig, fragments: Sequence[dict[str, np.ndarray]],
@@ -293,46 +298,47 @@ class IMPALA(Algorithm):
         t0 = time.monotonic()
         min_time = self.config.reporting_cfg.min_time_s_per_iteration
         window = 1.0 if min_time is None else float(min_time)
+        # a window with no update (every sample dropped, a learner mesh re-forming) still
+        # ends and is reported (num_learner_updates_this_iter 0) after this long
+        longest = max(10.0 * window, STALLED_WINDOW_S)
         updates_before = thread.num_updates
         sample_s = 0.0
         while True:
             t = time.monotonic()
             self._sample_into_queue(thread)
             sample_s += time.monotonic() - t
-            if thread.num_updates > updates_before and time.monotonic() - t0 >= window:
+            elapsed = time.monotonic() - t0
+            if (thread.num_updates > updates_before and elapsed >= window) or elapsed >= longest:
                 break
         stats = thread.take_window()
         self.env_steps_trained += int(stats.pop("env_steps_trained_this_iter"))
         stats["timers"] = {"sample_s": sample_s, "iteration_s": time.monotonic() - t0}
-        return self._with_counters(stats)
+        return {**stats, **self.counters}
 
     def _learner_thread(self) -> LearnerThread:
         if self._thread is None:
             t = self.config.training_cfg
             self._thread = LearnerThread(self.learner, queue_size=t.learner_queue_size,
                                          max_policy_lag=t.max_policy_lag, broadcast_interval=t.broadcast_interval,
-                                         env_steps_sampled=lambda: self.env_steps_sampled)
+                                         env_steps_sampled=lambda: self.env_steps_sampled, counters=self.counters)
         return self._thread
 
     def _sample_into_queue(self, thread: LearnerThread) -> None:
         """Take what the runners finished (sampling on with the newest published weights),
         fill train batches, queue the full ones (waiting while the queue is full)."""
         thread.raise_error()
-        version, weights = thread.published
+        version = thread.published[0]
+        runner = self.local_runner
+        group = self.env_runner_group
+        if (runner.weights_version if runner is not None else group.latest_version) != version:
+            self.sync_weights()  # runners pick the newest weights up between fragments
         results: list[dict[str, Any]] = []
-        if self.local_runner is not None:
-            if self.local_runner.weights_version != version:
-                self.local_runner.set_weights(version, weights, self.filter.get_state())
-            results.append(self.local_runner.sample())
+        if runner is not None:
+            results.append(runner.sample())
         else:
-            group = self.env_runner_group
-            assert group is not None
-            if group.latest_version != version:
-                group.sync_weights(version, weights, self.filter.get_state())
             if not group.healthy():
                 group.wait_for_healthy()
-            harvest = group.harvest(current_version=version)
-            results = harvest.results
+            results = group.harvest().results  # at the version just synced
             if not results:
                 group.wait_any(0.05)
         for result in results:
@@ -364,22 +370,10 @@ class IMPALA(Algorithm):
             bad = [str(e)]
         if bad:
             self.counters["num_samples_invalid"] += 1
-            self._log_invalid(result, bad)
+            log.warning("dropping a fragment of %s: not finite or malformed (%s)",
+                        result.get("runner", "the local runner"), ", ".join(bad))
             return False
         return True
-
-    def _log_invalid(self, result: dict[str, Any], bad: list[str]) -> None:
-        log.warning("dropping a fragment of %s: not finite or malformed (%s)",
-                                            result.get("runner", "the local runner"), ", ".join(bad))
-
-    def _with_counters(self, stats: dict[str, Any]) -> dict[str, Any]:
-        thread = self._thread
-        stats["num_samples_dropped_stale"] = self.counters["num_samples_dropped_stale"] + (
-            thread.num_samples_dropped_stale if thread else 0)
-        stats["env_steps_dropped_stale"] = self.counters["env_steps_dropped_stale"] + (
-            thread.env_steps_dropped_stale if thread else 0)
-        stats["num_samples_invalid"] = self.counters["num_samples_invalid"]
-        return stats
 
     # ------------------------------------------------------------------ deterministic: lag exactly 1
 
@@ -393,18 +387,12 @@ class IMPALA(Algorithm):
         self._start_round()
         t1 = time.monotonic()
         current = self.learner_version
-        fragments, lags = [], []
+        batch = TrainBatch()
         for result in sorted(results, key=lambda r: int(r.get("worker_index", 0))):
             fragment = self._usable_fragment(result)
-            if fragment is None:
-                continue
-            lag = current - int(result.get("weights_version", -1))
-            if lag > self.config.training_cfg.max_policy_lag:
-                self.counters["num_samples_dropped_stale"] += 1
-                self.counters["env_steps_dropped_stale"] += int(result.get("env_steps", 0))
-                continue
-            fragments.append(fragment)
-            lags.append(lag)
+            if fragment is not None:
+                batch.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)))
+        fragments, lags = within_lag(batch, current, self.config.training_cfg.max_policy_lag, self.counters)
         learn: dict[str, Any] = {"num_samples": 0, "weights_version": current}
         if fragments:
             learn = self.learner.update(fragments, env_steps_sampled=self.env_steps_sampled)
@@ -413,14 +401,12 @@ class IMPALA(Algorithm):
         stats = {
             "learner": learn,
             "num_learner_updates_this_iter": 1 if fragments else 0,
-            "policy_lag_min": min(lags) if lags else None,
-            "policy_lag_mean": float(np.mean(lags)) if lags else None,
-            "policy_lag_max": max(lags) if lags else None,
+            **lag_stats(lags),
             "learner_queue_depth": 0,
             "learner_busy_share": (t2 - t1) / max(1e-9, t2 - t0),
             "timers": {"sample_s": t1 - t0, "learn_s": t2 - t1},
         }
-        return self._with_counters(stats)
+        return {**stats, **self.counters}
 
     def _start_round(self) -> None:
         """Sync the learner's weights; one sample request to every healthy runner."""
@@ -446,39 +432,34 @@ class IMPALA(Algorithm):
 
     # ------------------------------------------------------------------ the learner thread's neighbours
 
-    def sync_weights(self) -> None:
-        """Push the newest published weights (the learner's own before the thread runs)."""
+    def weights_for_runners(self) -> tuple[int, np.ndarray]:
+        """The newest published weights (the learner's own before the thread runs)."""
         if self._thread is None:
-            super().sync_weights()
-            return
-        version, weights = self._thread.published
-        filter_state = self.filter.get_state()
-        if self.local_runner is not None:
-            self.local_runner.set_weights(version, weights, filter_state)
-        if self.env_runner_group is not None:
-            self.env_runner_group.sync_weights(version, weights, filter_state)
+            return super().weights_for_runners()
+        return self._thread.published
+
+    def _learner_at_rest(self) -> contextlib.AbstractContextManager:
+        """Held while the in-process learner is read from the driver's thread: never mid-update
+        (a learner group serves its reads itself)."""
+        if self._thread is None or self.learner_group is not None:
+            return contextlib.nullcontext()
+        return self._thread.lock
 
     def _learner_source(self) -> Any:
-        if self._thread is None or self.learner_group is not None:
-            return super()._learner_source()
-        with self._thread.lock:  # the in-process learner: never read mid-update
+        with self._learner_at_rest():
             return super()._learner_source()
 
     def get_state(self) -> dict[str, Any]:
-        if self._thread is None or self.learner_group is not None:
-            return super().get_state()
-        with self._thread.lock:
+        with self._learner_at_rest():
             return super().get_state()
 
     def get_weights(self) -> tuple[int, np.ndarray]:
-        if self._thread is None or self.learner_group is not None:
-            return super().get_weights()
-        with self._thread.lock:
+        with self._learner_at_rest():
             return super().get_weights()
 
     def get_algo_counters(self) -> dict[str, int]:
         """The counters a driver state keeps (ftrl.rl.driver.state)."""
-        return {k: int(v) for k, v in self._with_counters({}).items()}
+        return dict(self.counters)
 
     def set_algo_counters(self, counters: dict[str, Any]) -> None:
         for key in self.counters:

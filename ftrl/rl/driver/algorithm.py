@@ -414,10 +414,15 @@ class Algorithm:
     def learner_version(self) -> int:
         return int(self.learner.version)
 
+    def weights_for_runners(self) -> tuple[int, np.ndarray]:
+        """(version, weights) `sync_weights` pushes: the learner's (an asynchronous
+        algorithm: the ones its learner published last)."""
+        return self.learner.get_weights()
+
     def sync_weights(self) -> None:
         """Push the learner's weights (versioned) and the central filter to every runner
         that samples (and to the evaluation runners at evaluation time)."""
-        version, weights = self.learner.get_weights()
+        version, weights = self.weights_for_runners()
         filter_state = self.filter.get_state()
         if self.local_runner is not None:
             self.local_runner.set_weights(version, weights, filter_state)
@@ -427,7 +432,7 @@ class Algorithm:
     def evaluate(self) -> dict[str, Any]:
         """Run `evaluation_duration` episodes/timesteps with the current weights."""
         ev = self.config.evaluation_cfg
-        version, weights = self.learner.get_weights()
+        version, weights = self.get_weights()
         filter_state = self.filter.get_state()
         results: list[dict[str, Any]] = []
         t0 = time.monotonic()

@@ -54,20 +54,35 @@ class WindowStats:
 
     updates: int = 0
     busy_s: float = 0.0
-    lag_min: int | None = None
-    lag_max: int | None = None
-    lag_sum: int = 0
-    lag_count: int = 0
+    lags: list[int] = field(default_factory=list)
     env_steps_trained: int = 0
     last_result: dict[str, Any] = field(default_factory=dict)
     sums: dict[str, float] = field(default_factory=dict)
 
-    def add_lags(self, lags: list[int]) -> None:
-        for lag in lags:
-            self.lag_min = lag if self.lag_min is None else min(self.lag_min, lag)
-            self.lag_max = lag if self.lag_max is None else max(self.lag_max, lag)
-            self.lag_sum += lag
-            self.lag_count += 1
+
+def within_lag(batch: TrainBatch, current_version: int, max_policy_lag: int,
+               counters: dict[str, int]) -> tuple[list[dict[str, np.ndarray]], list[int]]:
+    """The fragments of `batch` at most `max_policy_lag` updates behind `current_version`
+    and their lags; the others are counted in `counters` (num_samples_dropped_stale,
+    env_steps_dropped_stale) and left out."""
+    used: list[dict[str, np.ndarray]] = []
+    lags: list[int] = []
+    for fragment, version, steps in zip(batch.fragments, batch.versions, batch.env_steps, strict=True):
+        lag = current_version - version
+        if lag > max_policy_lag:
+            counters["num_samples_dropped_stale"] += 1
+            counters["env_steps_dropped_stale"] += steps
+            continue
+        used.append(fragment)
+        lags.append(lag)
+    return used, lags
+
+
+def lag_stats(lags: list[int]) -> dict[str, Any]:
+    """policy_lag_min / _mean / _max of the samples one window used (None: none)."""
+    return {"policy_lag_min": min(lags) if lags else None,
+            "policy_lag_mean": sum(lags) / len(lags) if lags else None,
+            "policy_lag_max": max(lags) if lags else None}
 
 
 class LearnerThread:
@@ -80,10 +95,11 @@ class LearnerThread:
         max_policy_lag: older samples are dropped when their batch is taken.
         broadcast_interval: updates between two published weights.
         env_steps_sampled: called for the total env steps sampled (drives schedules).
+        counters: the algorithm's cumulative counters; the thread adds its stale drops.
     """
 
     def __init__(self, learner: Any, *, queue_size: int, max_policy_lag: int, broadcast_interval: int,
-                 env_steps_sampled: Any) -> None:
+                 env_steps_sampled: Any, counters: dict[str, int]) -> None:
         self.learner = learner
         self.queue: queue.Queue[TrainBatch] = queue.Queue(maxsize=max(1, int(queue_size)))
         self.max_policy_lag = int(max_policy_lag)
@@ -95,15 +111,10 @@ class LearnerThread:
         self._window = WindowStats()
         self._window_start = time.monotonic()
         self._stop = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
         self.error: BaseException | None = None
         #: (version, flat weights) the runners should sample with (newest published)
         self.published: tuple[int, np.ndarray] = learner.get_weights()
-        # cumulative counters (checkpointed by the algorithm)
-        self.num_samples_dropped_stale = 0
-        self.env_steps_dropped_stale = 0
-        self.env_steps_trained = 0
+        self.counters = counters
         self.num_updates = 0
         self._thread = threading.Thread(target=self._run, name="ftrl-learner", daemon=True)
         self._thread.start()
@@ -117,22 +128,12 @@ class LearnerThread:
             self.queue.put(batch, timeout=timeout_s)
         except queue.Full:
             return False
-        self._idle.clear()
         return True
 
     def raise_error(self) -> None:
         """Re-raise, on the driver's thread, what stopped the learner thread."""
         if self.error is not None:
             raise self.error
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until every queued batch was learned on (tests, the end of a run)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.raise_error()
-            if self.queue.empty() and self._idle.wait(0.05) and self.queue.empty():
-                return True
-        return False
 
     def take_window(self) -> dict[str, Any]:
         """The reporting window's figures, and a new window."""
@@ -146,13 +147,9 @@ class LearnerThread:
             "learner": learner,
             "num_learner_updates_this_iter": w.updates,
             "env_steps_trained_this_iter": w.env_steps_trained,
-            "policy_lag_min": w.lag_min,
-            "policy_lag_mean": (w.lag_sum / w.lag_count) if w.lag_count else None,
-            "policy_lag_max": w.lag_max,
+            **lag_stats(w.lags),
             "learner_queue_depth": self.queue.qsize(),
             "learner_busy_share": min(1.0, w.busy_s / span) if span > 0 else 0.0,
-            "num_samples_dropped_stale": self.num_samples_dropped_stale,
-            "env_steps_dropped_stale": self.env_steps_dropped_stale,
         }
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -169,30 +166,18 @@ class LearnerThread:
             try:
                 batch = self.queue.get(timeout=0.1)
             except queue.Empty:
-                self._idle.set()
                 continue
             try:
                 self._learn(batch)
             except BaseException as e:  # handed to the driver's thread (raise_error)
                 log.exception("the learner thread failed")
                 self.error = e
-                self._idle.set()
                 return
 
     def _learn(self, batch: TrainBatch) -> None:
         t0 = time.monotonic()
         with self.lock:
-            current = int(self.learner.version)
-            used: list[dict[str, np.ndarray]] = []
-            lags: list[int] = []
-            for fragment, version, steps in zip(batch.fragments, batch.versions, batch.env_steps, strict=True):
-                lag = current - version
-                if lag > self.max_policy_lag:
-                    self.num_samples_dropped_stale += 1
-                    self.env_steps_dropped_stale += steps
-                    continue
-                used.append(fragment)
-                lags.append(lag)
+            used, lags = within_lag(batch, int(self.learner.version), self.max_policy_lag, self.counters)
             result: dict[str, Any] = {}
             if used:
                 result = self.learner.update(used, env_steps_sampled=int(self._env_steps_sampled()))
@@ -201,14 +186,13 @@ class LearnerThread:
                     self.published = self.learner.get_weights()
         busy = time.monotonic() - t0
         trained = int(result.get("num_samples", 0))
-        self.env_steps_trained += trained
         with self._stats_lock:
             w = self._window
             w.busy_s += busy
             if used:
                 w.updates += 1
                 w.env_steps_trained += trained
-                w.add_lags(lags)
+                w.lags += lags
                 w.last_result = result
                 for key, value in result.items():
                     if isinstance(value, float) and math.isfinite(value) and key not in ("lr", "weights_version"):
