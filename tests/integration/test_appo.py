@@ -69,7 +69,7 @@ def test_appo_reaches_475_while_a_runner_is_sigkilled_every_second(tmp_path):
 def test_killed_appo_driver_reattaches_and_goes_on(tmp_path):
     out, job = tmp_path / "run", "ad"
     with _train(out, job, "--num-env-runners", "2", "--set", "checkpoint_interval=3",
-                "--set", "min_time_s_per_iteration=0.2", "--stop-iters", "25") as proc:
+                "--set", "min_time_s_per_iteration=0.2", "--stop-iters", "25", "--stop-reward", "1000") as proc:
         wait_until(lambda: len(list((out / "checkpoints").glob("checkpoint_*.ftrl"))) >= 2, timeout=120,
                    what="two checkpoints")
         before = _actors(job)
@@ -87,7 +87,7 @@ def test_killed_appo_driver_reattaches_and_goes_on(tmp_path):
 def test_appo_on_two_learners_survives_a_learner_sigkill_without_applying_an_update_twice(tmp_path):
     out, job = tmp_path / "run", "al"
     with _train(out, job, "--num-env-runners", "1", "--num-learners", "2",
-                "--set", "min_time_s_per_iteration=0.3", "--stop-iters", "20") as proc:
+                "--set", "min_time_s_per_iteration=0.3", "--stop-iters", "20", "--stop-reward", "1000") as proc:
         wait_until(lambda: len(_iterations(out)) >= 4, timeout=180, what="four iterations")
         learners = {n: p for n, p in _actors(job).items() if "/learner/" in n}
         os.kill(learners[f"{job}/learner/1"], signal.SIGKILL)
