@@ -42,6 +42,10 @@ _LAZY: dict[str, str] = {
     "JobSpec": "ftrl.config",
     "StopCriteria": "ftrl.config",
     "load_job": "ftrl.config",
+    "Tuner": "ftrl.tune.tuner",
+    "TuneConfig": "ftrl.tune.tuner",
+    "RunConfig": "ftrl.tune.tuner",
+    "FailureConfig": "ftrl.tune.tuner",
     **{name: "ftrl.wire.errors" for name in (
         "ActorDiedError", "ActorError", "ActorStartError", "ActorUnavailableError",
         "AlreadyExistsError", "ConfigError", "FtrlError", "FtrlTimeoutError",
@@ -53,7 +57,7 @@ _LAZY: dict[str, str] = {
 #: Public names defined under another name in their module.
 _RENAMED: dict[str, tuple[str, str]] = {"FINAL_JOB_STAGES": ("ftrl.client.jobs", "FINAL_STAGES")}
 #: Subpackages reachable as attributes (`ftrl.client.cluster` after `import ftrl`).
-_SUBMODULES = frozenset({"cli", "client", "config", "coordinator", "launch", "rl", "testing", "util", "wire", "worker"})
+_SUBMODULES = frozenset({"cli", "client", "config", "coordinator", "launch", "rl", "testing", "tune", "util", "wire", "worker"})
 
 
 def __getattr__(name: str) -> Any:
@@ -93,6 +97,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of it runs
         StopCriteria,
         load_job,
     )
+    from ftrl.tune.tuner import FailureConfig, RunConfig, TuneConfig, Tuner
     from ftrl.wire.errors import (
         ActorDiedError,
         ActorError,
@@ -123,6 +128,7 @@ __all__ = [
     "Client",
     "ConfigError",
     "FINAL_JOB_STAGES",
+    "FailureConfig",
     "FtrlError",
     "FtrlTimeoutError",
     "InvalidArgumentError",
@@ -131,8 +137,11 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "ResourceExhaustedError",
+    "RunConfig",
     "RuntimeContext",
     "StaleIncarnationError",
+    "TuneConfig",
+    "Tuner",
     "UnauthenticatedError",
     "get_runtime_context",
 ]

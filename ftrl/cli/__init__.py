@@ -122,6 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_security(p)
     p.set_defaults(fn=cmd_train)
 
+    p = sub.add_parser("tune", help="run a tuning experiment (PBT), or show / plot one",
+                       description="ftrl tune EXPERIMENT.toml [--coordinator A] [--resume] | "
+                       "ftrl tune status DIR | ftrl tune plot DIR")
+    add_verbose(p)
+    from ftrl.cli.tune import add_tune_arguments, cmd_tune
+
+    add_tune_arguments(p)
+    add_security(p)
+    p.set_defaults(fn=cmd_tune)
+
     p = client_command("submit", "submit a job file to a running cluster; prints the job id", cmd_submit)
     from ftrl.cli.train import add_job_arguments, job_id_arg
 

@@ -7,6 +7,7 @@
     ftrl.config.impala     IMPALAConfig (and the checks of the asynchronous family)
     ftrl.config.appo       APPOConfig
     ftrl.config.registry   algorithm name -> config class import path
+    ftrl.config.live       the training keys a running job may change in place (PBT's exploit)
     ftrl.config.jobs       job files ([stop] table), flags on top, describe()
 
 `python -m ftrl.config` lists every key with its type, default and doc.
@@ -17,6 +18,7 @@ from ftrl.config.builder import AlgorithmConfig
 from ftrl.config.fields import check_value, describe_section, field_doc, fields_of, option
 from ftrl.config.impala import IMPALAConfig, IMPALATrainingConfig
 from ftrl.config.jobs import JobSpec, StopCriteria, build_job, describe, load_job, parse_overrides
+from ftrl.config.live import check_live, check_live_keys, live_keys
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
 from ftrl.config.registry import ALGORITHMS, config_class, config_from_dict
 from ftrl.config.sections import (
@@ -38,6 +40,6 @@ __all__ = [
     "EnvironmentConfig", "EvaluationConfig", "FaultToleranceConfig", "IMPALAConfig",
     "IMPALATrainingConfig", "JobSpec", "LearnersConfig",
     "ModelConfig", "PPOConfig", "PPOTrainingConfig", "ReportingConfig", "StopCriteria", "TrainingConfig",
-    "build_job", "check_learner_gpus", "check_value", "config_class", "config_from_dict", "describe",
-    "describe_section", "field_doc", "fields_of", "load_job", "option", "parse_overrides",
+    "build_job", "check_learner_gpus", "check_live", "check_live_keys", "check_value", "config_class", "config_from_dict", "describe",
+    "describe_section", "field_doc", "fields_of", "live_keys", "load_job", "option", "parse_overrides",
 ]

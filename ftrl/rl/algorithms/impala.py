@@ -24,6 +24,11 @@ counted lost, never half-used. An iteration is a reporting window
 update k learns on one fragment of every runner, in runner order, sampled with the
 weights of update k-1 while update k-1 ran. The same seed gives the same run, bit for bit.
 
+An exploit of population-based training (ftrl.rl.driver.exploit) swaps the learner's
+state and hyperparameters under the learner thread's lock, publishes the new weights,
+and moves the weights version more than `max_policy_lag` past the old ones: whatever
+the old weights sampled (in flight, being filled, queued) is dropped by the lag check.
+
 The bootstrap values past a fragment's end and at time-limit cuts are the runner's
 (V of the behaviour weights): fragments do not carry the next observation. Every other
 value is the learner's own.
@@ -444,6 +449,25 @@ class IMPALA(Algorithm):
         if self._thread is None or self.learner_group is not None:
             return contextlib.nullcontext()
         return self._thread.lock
+
+    def learner_paused(self) -> contextlib.AbstractContextManager:
+        """The learner thread's lock (an in-process learner or a learner group): no update
+        runs while an exploit swaps the learner's state and hyperparameters."""
+        return self._thread.lock if self._thread is not None else contextlib.nullcontext()
+
+    def publish_weights(self) -> None:
+        """The learner's weights (just loaded by an exploit) are the runners' next ones."""
+        if self._thread is not None:
+            self._thread.published = self.learner.get_weights()
+
+    def stale_version_gap(self) -> int:
+        """Staleness is the learner's call here (`max_policy_lag`; the runner group keeps all)."""
+        return int(self.config.training_cfg.max_policy_lag)
+
+    def samples_in_flight(self) -> int:
+        """Runners' requests in flight, the batch being filled and the queued batches."""
+        queued = sum(len(batch.fragments) for batch in list(self._thread.queue.queue)) if self._thread else 0
+        return super().samples_in_flight() + len(self._pending.fragments) + queued
 
     def _learner_source(self) -> Any:
         with self._learner_at_rest():

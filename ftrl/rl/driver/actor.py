@@ -27,23 +27,56 @@ applied from its first reply.
 `__ftrl_drain__()` (the worker is being pre-empted): stop after the current iteration
 with a checkpoint, leave runners and learners up, report no final stage; the driver's
 next incarnation (elsewhere) re-attaches and resumes from that checkpoint.
+
+Its methods (called through the actor's handle; max_concurrency 4, so they can block
+while training runs):
+
+    status()                         stage, iteration, env steps, return, hyperparams, ...
+    wait_status(after_iteration, timeout_s)   the status once an iteration past it is done
+    wait(timeout)                    the status once the run ended
+    stop()                           stop after the current iteration (final checkpoint)
+    scale_learners(num_learners)     resize the learner group at the next step boundary
+    checkpoint_now(timeout_s=30)     a checkpoint at the next iteration boundary: its
+                                     path, iteration, env steps, return, weights version
+    exploit(checkpoint, hyperparams, timeout_s=30)
+                                     population-based training's exploit in place: take
+                                     another trial's checkpoint with perturbed live
+                                     hyperparameters (ftrl.rl.driver.exploit), same runner
+                                     and learner processes
+    __ftrl_drain__()                 the node is being pre-empted (above)
+
+`checkpoint_now` and `exploit` run on the training thread between two iterations
+(`Algorithm.run_at_boundary`). A driver still building waits for its run within the
+timeout; no boundary within `timeout_s` raises FtrlTimeoutError and nothing is done
+(work that began at the boundary and is still going on at the timeout goes on; its
+result shows in the status, "last_exploit"). A run that ended (FINISHED, STOPPED)
+answers `checkpoint_now` with its newest checkpoint on disk and "final": True; a failed
+or drained one, and any ended run asked to `exploit`, raise FailedPreconditionError.
+The hyperparameters an exploit set are kept in the driver state: a driver that restarts
+resumes with them (a PBT trial keeps what PBT gave it).
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import logging
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ftrl.client.jobs import FINAL_STAGES
 from ftrl.config import load_job
+from ftrl.rl.driver.algorithm import RunEnded
+from ftrl.rl.driver.checkpoint import CheckpointManager
 from ftrl.rl.driver.job_link import JobLink
 from ftrl.rl.driver.metrics import json_safe
 from ftrl.rl.driver.run_loop import StopRequest
-from ftrl.util.run_dir import has_saved_state
-from ftrl.wire.errors import FtrlError
+from ftrl.rl.driver.state import checkpoint_summary
+from ftrl.util.run_dir import CHECKPOINT_DIR, has_saved_state
+from ftrl.wire.errors import FailedPreconditionError, FtrlError, FtrlTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +160,7 @@ class AlgorithmDriver:
                 iteration=algo.iteration,
                 env_steps_sampled=algo.env_steps_sampled,
                 restored_from=str(algo.restored_from) if algo.restored_from else None,
+                hyperparams=dict(algo.hyperparams),
             )
             if self.link is not None:
                 for row in algo.rows_to_report:  # a row its predecessor wrote no report of
@@ -269,6 +303,97 @@ class AlgorithmDriver:
             raise RuntimeError("the job is not running yet")
         algo.scale_learners(int(num_learners))
         return self.status()
+
+    # ------------------------------------------------------------------ population-based training
+
+    def checkpoint_now(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Write a checkpoint at the next iteration boundary (or take the one this iteration
+        wrote) and return {"path" (absolute), "iteration", "env_steps_sampled", "time_s",
+        "episode_return_mean", "saved_at" (time.time()), "weights_version"}. A run that
+        ended (FINISHED, STOPPED): its newest checkpoint on disk, with "final": True.
+        FtrlTimeoutError when no boundary came within `timeout_s`; FailedPreconditionError
+        for a run that failed, is being drained, or ended without a checkpoint."""
+        deadline = time.monotonic() + max(0.0, float(timeout_s))
+        try:
+            return self._at_boundary("checkpoint_now", lambda algo: algo.checkpoint_now(), deadline)
+        except RunEnded:
+            return self._final_checkpoint(deadline)
+
+    def exploit(self, checkpoint: str, hyperparams: dict[str, Any] | None = None,
+                timeout_s: float = 30.0) -> dict[str, Any]:
+        """At the next iteration boundary, take `checkpoint` (another trial's, absolute path)
+        with `hyperparams` (live keys, ftrl.config.live), keeping this job's runners,
+        learners and counters (ftrl.rl.driver.exploit). Returns {"applied_at",
+        "iteration", "weights_version", "donor_iteration", "hyperparams" (applied),
+        "dropped_in_flight", ...}. A bad checkpoint (InvalidArgumentError), one of another
+        algorithm/env/model (ConfigError), a key that is not live or a bad value
+        (ConfigError) change nothing. FtrlTimeoutError when no boundary came within
+        `timeout_s`; FailedPreconditionError when the run ended."""
+        deadline = time.monotonic() + max(0.0, float(timeout_s))
+        try:
+            info = self._at_boundary("exploit", lambda algo: algo.exploit(checkpoint, hyperparams or {}), deadline)
+        except RunEnded as e:
+            raise FailedPreconditionError(f"job {self.job_name}: nothing to exploit into: {e}") from None
+        return info
+
+    def _at_boundary(self, what: str, fn: Callable[[Any], Any], deadline: float) -> Any:
+        """`fn(algo)` on the training thread at its next iteration boundary, waited for until
+        `deadline` (monotonic); a driver still building is waited for within it too."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._algo is not None or self._ended(),
+                                timeout=max(0.0, deadline - time.monotonic()))
+            algo, stage, ended = self._algo, self._status.get("stage"), self._ended()
+        if algo is None:
+            if ended:
+                raise RunEnded(f"the run of {self.job_name} ended ({stage}) before it was built")
+            raise FtrlTimeoutError(f"{what}: job {self.job_name} is still starting (stage {stage}); nothing was "
+                                   "done, call again")
+        future = algo.run_at_boundary(fn)
+        try:
+            result = future.result(max(0.0, deadline - time.monotonic()))
+        except cf.TimeoutError:
+            if future.cancel():
+                raise FtrlTimeoutError(
+                    f"{what}: job {self.job_name} reached no iteration boundary in time (it is in iteration "
+                    f"{algo.iteration + 1}); nothing was done") from None
+            future.add_done_callback(lambda f: self._note_late(what, f))
+            raise FtrlTimeoutError(
+                f"{what}: job {self.job_name} began it at its iteration boundary and had not finished it at the "
+                f"timeout; it goes on, its result shows in status()") from None
+        if what == "exploit":
+            self._set(hyperparams=dict(algo.hyperparams), last_exploit=result)
+        return result
+
+    def _ended(self) -> bool:
+        """Whether the run ended or is being drained (the status lock held)."""
+        return self._done.is_set() or self._status.get("stage") in FINAL_STAGES or bool(self._status.get("draining"))
+
+    def _note_late(self, what: str, future: cf.Future) -> None:
+        """Work that was still running at its caller's timeout finished: show its result."""
+        if future.exception() is not None:
+            log.error("job %s: %s failed after its caller's timeout: %s", self.job_name, what, future.exception())
+        elif what == "exploit" and self._algo is not None:
+            self._set(hyperparams=dict(self._algo.hyperparams), last_exploit=future.result())
+
+    def _final_checkpoint(self, deadline: float) -> dict[str, Any]:
+        """The newest checkpoint on disk of a run that ended (waited for until `deadline`:
+        the end writes its final checkpoint first)."""
+        self._done.wait(max(0.0, deadline - time.monotonic()))
+        status = self.status()
+        stage = status.get("stage")
+        if not self._done.is_set():
+            raise FtrlTimeoutError(f"checkpoint_now: job {self.job_name} is ending; its final checkpoint was not "
+                                   "written in time")
+        if status.get("draining"):
+            raise FailedPreconditionError(f"job {self.job_name}'s driver is moving to another node (drained); "
+                                          "call again once it runs there")
+        if stage not in ("FINISHED", "STOPPED"):
+            raise FailedPreconditionError(f"job {self.job_name} {stage}: {status.get('error') or 'no checkpoint'}")
+        found = CheckpointManager(self.output_dir / CHECKPOINT_DIR).load_latest()
+        if found is None:
+            raise FailedPreconditionError(f"job {self.job_name} ended ({stage}) without a checkpoint under "
+                                          f"{self.output_dir / CHECKPOINT_DIR}")
+        return {**checkpoint_summary(*found), "final": True}
 
     def stop(self) -> dict[str, Any]:
         """Ask for a stop after the current iteration (with a final checkpoint)."""

@@ -14,6 +14,15 @@ checkpoints. Two neighbours hold the remainder, behind methods that delegate to 
   criterion, Ctrl-C/SIGTERM; `finish()` here writes the final checkpoint and result.json.
 - ftrl.rl.driver.state: `get_state()`/`set_state()`/`save_checkpoint()`, resume from the
   newest state that exists, and `check_resume_compatible`.
+- ftrl.rl.driver.exploit: `exploit()`, population-based training's exploit in place
+  (another trial's checkpoint, with perturbed live hyperparameters).
+
+Work from other threads runs on the training thread at the next iteration boundary:
+`run_at_boundary(fn)` returns a Future of `fn(algo)`, run at the start of the next
+`train()`, before `training_iteration()`, in submission order (the driver actor's
+`checkpoint_now` and `exploit` use it). Once the run ended (`finish`, `stop`) the
+Future fails with `RunEnded`. `apply_hyperparams` changes live training keys
+(ftrl.config.live) in place, on the config and the learner(s).
 
 With an output_dir, each iteration's state and row go to disk off the training path
 (ftrl.rl.driver.state_writer: driver_state.ftrl, then the row in metrics.jsonl, then
@@ -33,19 +42,22 @@ step boundary.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextlib
 import dataclasses
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ftrl.config import AlgorithmConfig, StopCriteria, check_learner_gpus
+from ftrl.config import AlgorithmConfig, StopCriteria, check_learner_gpus, check_live
+from ftrl.rl.driver import exploit as algo_exploit
 from ftrl.rl.driver import run_loop
 from ftrl.rl.driver import state as algo_state
 from ftrl.rl.driver.checkpoint import CheckpointManager
@@ -61,9 +73,14 @@ from ftrl.rl.sampling.filters import make_filter
 from ftrl.rl.sampling.runner_group import EnvRunnerGroup
 from ftrl.rl.spaces import SpaceSpec, space_spec
 from ftrl.util.files import atomic_write_json
-from ftrl.wire.errors import ConfigError, FtrlError
+from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
 
 log = logging.getLogger(__name__)
+
+
+class RunEnded(FailedPreconditionError):
+    """The run ended (or stopped) before the next iteration boundary: work handed to
+    `run_at_boundary` will never run."""
 
 
 class Algorithm:
@@ -112,6 +129,12 @@ class Algorithm:
         self._iter: dict[str, Any] = {}
         self._last_eval: dict[str, Any] | None = None
         self.last_checkpoint_iteration = -1
+        #: live training keys set while the job runs (exploits), kept in every driver state
+        self.hyperparams: dict[str, Any] = {}
+        # work for the training thread at the next iteration boundary (run_at_boundary)
+        self._boundary_lock = threading.Lock()
+        self._boundary_work: list[tuple[Callable[[Algorithm], Any], cf.Future]] = []
+        self._boundary_closed = ""  # why no boundary will come any more ("": one will)
         # output
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.checkpoints: CheckpointManager | None = None
@@ -126,6 +149,7 @@ class Algorithm:
             self.state_writer = StateWriter(self.output_dir, self.metrics_log, on_durable=self._row_durable)
         self.restored_from: Path | None = None
         self.last_checkpoint: Path | None = None  # written by this run (save_checkpoint)
+        self.last_checkpoint_summary: dict[str, Any] | None = None  # of last_checkpoint (checkpoint_summary)
         self.saved_runner_counters: dict[str, Any] = {}
         self.saved_actors: dict[str, Any] = {}  # incarnations in the resumed state, by group
         self.filter_version = -1  # the weights version the resumed state's filter was synced with
@@ -241,7 +265,9 @@ class Algorithm:
 
     def train(self) -> dict[str, Any]:
         """Run `training_iteration()` (repeated up to min_sample_timesteps_per_iteration),
-        evaluate if due, log metrics, checkpoint if due; return the result dict."""
+        evaluate if due, log metrics, checkpoint if due; return the result dict. Work
+        handed to `run_at_boundary` runs first."""
+        self._run_boundary_work()
         t0 = time.monotonic()
         if self.env_runner_group is not None:
             self.env_runner_group.apply_scale()  # an iteration boundary
@@ -263,6 +289,42 @@ class Algorithm:
             self.save_checkpoint()
         self._persist(self.last_row)
         return result
+
+    def run_at_boundary(self, fn: Callable[[Algorithm], Any]) -> cf.Future:
+        """Run `fn(self)` on the training thread at the next iteration boundary (the start
+        of the next `train()`, before `training_iteration()`, in submission order); its
+        result or exception goes to the returned Future. Thread-safe. A cancelled Future's
+        `fn` never runs; once the run ended, the Future fails with `RunEnded`."""
+        future: cf.Future = cf.Future()
+        with self._boundary_lock:
+            if not self._boundary_closed:
+                self._boundary_work.append((fn, future))
+                return future
+            why = self._boundary_closed
+        future.set_exception(RunEnded(f"the run of {self.job_name} {why}: no iteration boundary will come"))
+        return future
+
+    def _run_boundary_work(self) -> None:
+        """Run what `run_at_boundary` queued (the training thread, between iterations)."""
+        with self._boundary_lock:
+            work, self._boundary_work = self._boundary_work, []
+        for fn, future in work:
+            if not future.set_running_or_notify_cancel():
+                continue  # given up by its caller: never run
+            try:
+                future.set_result(fn(self))
+            except Exception as e:  # the caller's to handle; training goes on
+                future.set_exception(e)
+
+    def _close_boundary(self, why: str) -> None:
+        """No boundary will come any more: fail what waits for one, and what comes later."""
+        with self._boundary_lock:
+            if not self._boundary_closed:
+                self._boundary_closed = why
+            work, self._boundary_work = self._boundary_work, []
+        for _, future in work:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(RunEnded(f"the run of {self.job_name} {why} before the next iteration boundary"))
 
     def _persist(self, row: dict[str, Any]) -> None:
         """Hand this iteration's state and row to the state writer (never waits for the
@@ -518,6 +580,58 @@ class Algorithm:
         self.last_checkpoint = path
         return path
 
+    def checkpoint_now(self) -> dict[str, Any]:
+        """A checkpoint of the current iteration (the one it wrote already, if any) and its
+        `checkpoint_summary` (path, iteration, env steps, return, weights version). On the
+        training thread (the driver actor's `checkpoint_now` goes through `run_at_boundary`)."""
+        summary, path = self.last_checkpoint_summary, self.last_checkpoint
+        if summary is None or path is None or summary["iteration"] != self.iteration or not path.exists():
+            self.save_checkpoint()
+            summary = self.last_checkpoint_summary
+        assert summary is not None
+        return dict(summary)
+
+    # ------------------------------------------------------------------ live hyperparameters, exploit
+
+    def exploit(self, checkpoint: str | Path, hyperparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Population-based training's exploit in place: take `checkpoint`'s learner,
+        observation filter and episode window with `hyperparams` (live keys), keeping this
+        run's runners, learners and counters (ftrl.rl.driver.exploit). On the training thread."""
+        return algo_exploit.exploit(self, Path(checkpoint), hyperparams or {})
+
+    def apply_hyperparams(self, hyperparams: Mapping[str, Any]) -> dict[str, Any]:
+        """Change live training keys (ftrl.config.live) in place: checked first (a key that is
+        not live, or a bad value: ConfigError, nothing changes), then set on the config and
+        on the learner(s) from their next update on, and kept in every driver state.
+        Returns the values set. On the training thread."""
+        values = check_live(self.config, hyperparams)
+        if not values:
+            return values
+        with self.learner_paused():
+            self.config.training(**values)
+            self.config_dict = self.config.to_dict()
+            self.hyperparams.update(values)
+            self.learner.set_hyperparams(values)
+        return values
+
+    def learner_paused(self) -> contextlib.AbstractContextManager:
+        """Held while the training thread changes the learner's state or hyperparameters:
+        no update runs meanwhile (nothing to hold here: updates run on this thread)."""
+        return contextlib.nullcontext()
+
+    def publish_weights(self) -> None:
+        """The learner's weights changed outside an update: make them the ones the runners
+        get next (here they always get the learner's; IMPALA publishes them)."""
+
+    def stale_version_gap(self) -> int:
+        """How many versions behind the learner a sample may be and still be learned on (the
+        runners' max_weights_lag): an exploit moves the version further than this."""
+        return int(self.config.env_runners_cfg.max_weights_lag)
+
+    def samples_in_flight(self) -> int:
+        """Fragments asked for or waiting to be learned on (runners' requests in flight)."""
+        return self.env_runner_group.in_flight() if self.env_runner_group is not None else 0
+
     def check_compatible(self, state: dict[str, Any]) -> None:
         """Raise ConfigError if this config cannot continue from `state`."""
         check_resume_compatible(self.config, self.spec, state)
@@ -566,7 +680,8 @@ class Algorithm:
         """Final checkpoint (unless the run failed or was aborted, or this iteration has one)
         and output_dir/result.json (not for "drained": the job goes on elsewhere); returns
         the summary written there. `note` (why a run that did not fail ended early) goes in
-        its "error" field."""
+        its "error" field. Work waiting for an iteration boundary fails with `RunEnded`."""
+        self._close_boundary(f"ended ({reason})")
         self.flush_state()  # every finished iteration's row before result.json
         path = None
         if (
@@ -602,6 +717,7 @@ class Algorithm:
     def stop(self, kill_actors: bool = True) -> None:
         """Stop runners and learners (killing remote ones unless `kill_actors` is False:
         a drained driver leaves them to its next incarnation) and close sub-envs."""
+        self._close_boundary("stopped")
         if self._stopped:
             return
         self._stopped = True

@@ -10,7 +10,9 @@ The **driver state** of an iteration holds the counters (iteration, env steps, t
 time, the runners' and learners' failure counters), the config and space spec, the
 observation filter, the episode window, the global RNG states (python, numpy, torch;
 `ftrl.rl.rng_state`), the incarnation of every runner and learner the driver knew, the
-learner's weights version, and the iteration's metrics row. `ftrl.rl.driver.state_writer`
+learner's weights version, the live hyperparameters set while the job ran (`hyperparams`:
+the cumulative overrides of population-based training's exploits, `ftrl.rl.driver.exploit`),
+and the iteration's metrics row. `ftrl.rl.driver.state_writer`
 writes it after every iteration (output_dir/driver_state.ftrl), and the learner's own
 state beside it (learner_state.ftrl). A checkpoint is the same driver state with the
 learner state inside.
@@ -34,8 +36,12 @@ counted once, against the incarnations in the state (`EnvRunnerGroup.reconcile`,
 again from the same state, so never twice. Observation filters: a runner synced after
 the state was written (the state was lost) hands its newer filter over.
 
+A resumed run applies the state's `hyperparams` over its job's config (and to its
+learners): a resumed PBT trial keeps the hyperparameters PBT gave it.
+
 `check_resume_compatible` refuses a state made for another algorithm, env,
-observation filter, model or spaces.
+observation filter, model or spaces. `checkpoint_summary` is what a checkpoint is
+reported as (its path, iteration, env steps, return, weights version).
 
 The `Algorithm` methods (`get_state`, `set_state`, `save_checkpoint`, `check_compatible`,
 `_resume`) delegate here; the functions call back through those methods, so a subclass
@@ -48,6 +54,8 @@ import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
@@ -97,6 +105,7 @@ def driver_state(algo: Algorithm) -> dict[str, Any]:
         "actors": known_actors(algo),
         "rng": global_rng_to_wire(),
         "algo_counters": algo.get_algo_counters(),
+        "hyperparams": dict(algo.hyperparams),
         "row": row,
         "saved_at": time.time(),
     }
@@ -133,28 +142,56 @@ def _set_driver_state(algo: Algorithm, state: dict[str, Any]) -> None:
     global_rng_from_wire(state.get("rng") or {})
     algo.set_algo_counters(state.get("algo_counters") or {})
     algo.last_checkpoint_iteration = algo.iteration
+    hyperparams = state.get("hyperparams") or {}
+    if hyperparams:  # a PBT trial keeps what its exploits gave it
+        try:
+            algo.apply_hyperparams(hyperparams)
+        except ConfigError as e:
+            raise ConfigError(f"cannot resume: the state's hyperparameters {hyperparams} do not fit this "
+                              f"run's config: {e}") from e
+        log.info("resumed with the hyperparameters set while the job ran: %s", hyperparams)
 
 
-def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any]) -> None:
+def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any],
+                            action: str = "resume", fixed: tuple[str, ...] = ()) -> None:
     """Raise ConfigError if a run with `config` on spaces `spec` cannot continue from
-    checkpoint `state` (another env, algorithm, model shape or spaces)."""
+    checkpoint `state` (another env, algorithm, model shape or spaces; or another value
+    of one of the config keys `fixed`). `action` names what is refused in the message."""
     old = state.get("config") or {}
     new = config.to_dict()
-    for key in _FIXED_ON_RESUME:
+    hint = "; use another --output directory" if action == "resume" else ""
+    for key in (*_FIXED_ON_RESUME, *fixed):
         if str(old.get(key)) != str(new.get(key)):
             raise ConfigError(
-                f"cannot resume: the checkpoint was made with {key}={old.get(key)!r}, this "
-                f"run has {key}={new.get(key)!r}; use another --output directory"
+                f"cannot {action}: the checkpoint was made with {key}={old.get(key)!r}, this "
+                f"run has {key}={new.get(key)!r}{hint}"
             )
     old_model = config_from_dict(old).model_config if old else None
     if old_model is not None and old_model != config.model_config:
         raise ConfigError(
-            f"cannot resume: the checkpoint's model {old_model} differs from this run's "
+            f"cannot {action}: the checkpoint's model {old_model} differs from this run's "
             f"{config.model_config}"
         )
     old_spec = SpaceSpec.from_dict(state["space_spec"])
     if old_spec != spec:
-        raise ConfigError(f"cannot resume: the checkpoint's spaces {old_spec} differ from the env's {spec}")
+        raise ConfigError(f"cannot {action}: the checkpoint's spaces {old_spec} differ from the env's {spec}")
+
+
+def checkpoint_summary(state: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """What a checkpoint is reported as: its absolute path, iteration, env steps,
+    training time, episode_return_mean (of its episode window; None before any episode),
+    when it was saved (time.time()) and the weights version it holds."""
+    returns = np.asarray((state.get("episodes") or {}).get("returns", []), np.float64)
+    learner = state.get("learner") or {}
+    return {
+        "path": str(Path(path).resolve()),
+        "iteration": int(state.get("iteration", 0)),
+        "env_steps_sampled": int(state.get("env_steps_sampled", 0)),
+        "time_s": float(state.get("time_s", 0.0)),
+        "episode_return_mean": float(returns.mean()) if returns.size else None,
+        "saved_at": float(state.get("saved_at", 0.0)),
+        "weights_version": int(learner.get("version", state.get("learner_version", -1))),
+    }
 
 
 # --------------------------------------------------------------------------- save & resume
@@ -164,8 +201,10 @@ def save_checkpoint(algo: Algorithm) -> Path:
     """Write a checkpoint of `algo`'s current iteration under output_dir/checkpoints."""
     if algo.checkpoints is None:
         raise ConfigError("no output_dir: nowhere to write checkpoints")
-    path = algo.checkpoints.save(algo.iteration, algo.get_state())
+    state = algo.get_state()
+    path = algo.checkpoints.save(algo.iteration, state)
     algo.last_checkpoint_iteration = algo.iteration
+    algo.last_checkpoint_summary = checkpoint_summary(state, path)
     log.debug("checkpoint %s", path)
     return path
 

@@ -10,6 +10,7 @@ writes `update()`: its loss and its minibatch loop. The base owns the rest:
 - `apply_gradient`: backward, then in a learner mesh the all-reduce of
   [grad * n_local, n_local] (every rank applies the same global-mean gradient, so
   parameters stay bit-identical), `grad_clip`, the optimizer step;
+- `set_hyperparams`: live training keys (ftrl.config.live) changed between updates;
 - weights as a versioned flat float32 vector (`get_weights() -> (version, flat)`; the
   version goes up by one per update), the state on the wire (msgpack + numpy only:
   checkpoints, the mesh's broadcast of a joiner's state), snapshots to undo an update a
@@ -189,6 +190,18 @@ class Learner:
         """The optimizer's learning rate from now on (schedules set it per update)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+
+    def set_hyperparams(self, values: dict[str, Any]) -> None:
+        """Training keys that take effect from the next update on: the live keys of
+        `ftrl.config.live`, checked by the driver (an exploit of population-based training)."""
+        fields = getattr(self.hp, "__dataclass_fields__", {})
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"no training keys {unknown} in {type(self.hp).__name__}")
+        for key, value in values.items():
+            setattr(self.hp, key, value)
+        if "lr" in values and not getattr(self.hp, "lr_schedule", None):
+            self.set_lr(float(values["lr"]))
 
     # ------------------------------------------------------------------ mesh state
 

@@ -16,6 +16,9 @@ It owns the algorithm's learner (a `Learner`, by class path) and an EpochMesh. L
 4. `update(epoch, version, shard, ...)`: one all-reduced PPO update on its shard. A
    failure (peer lost, epoch changed, timeout) restores the state from before the
    update, so an interrupted update is retried whole, never applied twice or half.
+   The driver's live hyperparameters (an exploit of population-based training) come
+   with every update's options and are applied before it, so every member, a joiner
+   or a restarted one included, trains with the same ones.
 """
 
 from __future__ import annotations
@@ -201,12 +204,17 @@ class LearnerActor:
     def update(self, epoch: int, version: int, fragments: list[dict[str, np.ndarray]],
                options: dict[str, Any], env_steps_sampled: int = 0) -> dict[str, Any]:
         """One all-reduced update of `version` on this member's shard (undone on failure);
-        `options` are what the learner class's `split_update` gave every member."""
+        `options` are what the learner class's `split_update` gave every member, plus the
+        driver's live hyperparameters ("hyperparams", applied first: a joiner gets them too)."""
         self._acquire()
         try:
             if self.mesh.epoch != epoch:
                 raise MeshChanged(f"{self.name} is in epoch {self.mesh.epoch}, not {epoch}")
             self._roll_back_to(version)
+            options = dict(options)
+            hyperparams = options.pop("hyperparams", None)
+            if hyperparams:  # the driver's live overrides ride along with every update
+                self.learner.set_hyperparams(hyperparams)
             snap = self.learner.snapshot()
             # published before the update moves the version on: `version` stays servable
             self._snapshot = (version, snap)

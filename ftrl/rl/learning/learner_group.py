@@ -18,7 +18,8 @@ It has the interface of an in-process learner (`update`, `get_weights`, `get_sta
   over the new group. An epoch is entered at most once: a failed attempt opens a new
   one (its store keys are spent).
 - The train batch is split into one shard per member, as the algorithm's learner class
-  says (`Learner.split_update`: its shards and the options every member gets); the update
+  says (`Learner.split_update`: its shards and the options every member gets, with the
+  live hyperparameters the driver set, `set_hyperparams`); the update
   commits only when every member returned; otherwise it is retried whole in the next
   epoch (members roll back what they applied). A member's death is seen by the
   coordinator, which opens the next epoch at once; a hung member (collective timeout,
@@ -31,6 +32,8 @@ import concurrent.futures as cf
 import logging
 import threading
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -90,6 +93,10 @@ def _remote_kind(error: BaseException) -> str:
 
 class LearnerGroup(ActorGroup):
     """Remote learners training one policy data-parallel; see the module docstring."""
+
+    #: live training keys set while the job runs (ftrl.config.live), sent with every update
+    #: (`set_hyperparams` replaces it, never changes it in place)
+    hyperparams: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(self, client: Any, config: AlgorithmConfig, *, job_name: str, space_spec: dict,
                  learner_class: str):
@@ -494,6 +501,8 @@ class LearnerGroup(ActorGroup):
             view = self._ready_view()
             members = view["members"]
             shards, options = self.learner_cls.split_update(self.config, fragments, len(members))
+            if self.hyperparams:
+                options = {**options, "hyperparams": dict(self.hyperparams)}
             args = {m["name"]: (view["epoch"], self.version, shard, options, env_steps_sampled)
                     for m, shard in zip(members, shards, strict=True)}
             results, errors = self._call_all(members, "update", args_for=args)
@@ -597,12 +606,20 @@ class LearnerGroup(ActorGroup):
         self.restore_state = state
         self.version = version
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Load a checkpointed state: the next epoch's source takes it."""
+    def set_state(self, state: dict[str, Any], weights: np.ndarray | None = None) -> None:
+        """Load a checkpointed state: the next epoch's source takes it. `weights`: its
+        flat weights, which `get_weights` answers until then without asking a member
+        (the members hold the old ones until the next step re-forms the mesh)."""
         self.restore_state = state
         self.version = int(state["version"])
-        self.latest_weights = None
+        self.latest_weights = (self.version, np.asarray(weights, np.float32)) if weights is not None else None
         self._leave_epoch()
+
+    def set_hyperparams(self, values: dict[str, Any]) -> None:
+        """Live training keys from the next update on: they ride along with every update's
+        options (ftrl.rl.learning.learner_actor), so joiners and restarted members get them
+        too. The mesh's config hash stays the job's: learners are created with its config."""
+        self.hyperparams = {**self.hyperparams, **values}
 
     def set_weights(self, version: int, weights: np.ndarray) -> None:
         """Load weights (fresh optimizer state): the next epoch's source takes them."""

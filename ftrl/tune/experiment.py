@@ -1,0 +1,156 @@
+"""An experiment on disk: its spec (checked before anything starts), its state
+(`experiment.json`, written atomically on every decision) and its lineage
+(`lineage.jsonl`, append-only, one row per exploit).
+
+    EXPDIR/                   = RunConfig.storage_path / RunConfig.name
+      experiment.json         spec + trials + the scheduler's state (PBT members, RNG, counters)
+      lineage.jsonl           one row per exploit (time, target, donor, checkpoint, age, configs)
+      NAME-0/ NAME-1/ ...     one folder per trial: the trial's job output (metrics.jsonl,
+                              checkpoints/, result.json) and pinned/ (donor checkpoints kept)
+
+Trial statuses are Ray Tune's: PENDING (waiting for room; a pre-empted or failed trial
+waits at the front of the queue), RUNNING, PAUSED (the experiment was stopped; resumes
+with it), TERMINATED (reached a stop criterion), ERROR (failed more than max_failures).
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftrl.util.files import atomic_write_json, fsync_dir
+from ftrl.wire.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT_FILE = "experiment.json"
+LINEAGE_FILE = "lineage.jsonl"
+PINNED_DIR = "pinned"
+FORMAT = 1
+TRIAL_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
+#: Ray Tune's names for row keys, accepted in a stop dict and as time_attr.
+ROW_ALIASES = {"training_iteration": "iteration", "timesteps_total": "env_steps_sampled",
+               "num_env_steps_sampled": "env_steps_sampled", "time_total_s": "time_s"}
+#: stop-dict keys the trial's own driver checks (exact, at the iteration), by job [stop] name
+DRIVER_STOPS = {"iteration": "stop_iters", "env_steps_sampled": "stop_timesteps"}
+
+
+def row_key(key: str) -> str:
+    """A metrics-row key from a Ray Tune name (training_iteration -> iteration)."""
+    return ROW_ALIASES.get(key, key)
+
+
+@dataclass
+class Trial:
+    """One member of the experiment: a job named `NAME-INDEX` on the cluster."""
+
+    trial_id: str
+    index: int
+    config: dict[str, Any]  # the tuned keys' current values
+    initial_config: dict[str, Any]
+    output_dir: str
+    status: str = "PENDING"
+    last_result: dict[str, Any] = field(default_factory=dict)
+    best_metric: float | None = None
+    num_exploits: int = 0
+    num_failures: int = 0
+    num_preemptions: int = 0
+    error: str = ""
+    node: str = ""
+    queued_at: float = field(default_factory=time.time)  # the queue is ordered by this
+    started_at: float | None = None
+    last_checkpoint: dict[str, Any] | None = None  # path, iteration, time (time_attr), saved_at
+    resources: dict[str, float] = field(default_factory=lambda: {"cpu": 1.0})  # held while it runs
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def trial_dir(expdir: Path, trial_id: str) -> Path:
+    return expdir / trial_id
+
+
+def read_state(expdir: str | Path) -> dict[str, Any]:
+    """experiment.json of `expdir` (ConfigError if it is not an experiment)."""
+    path = Path(expdir) / EXPERIMENT_FILE
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{expdir} is not an ftrl tune experiment (no {EXPERIMENT_FILE})") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} cannot be read: {e}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not an experiment file of format {FORMAT}")
+    return state
+
+
+def write_state(expdir: str | Path, state: dict[str, Any]) -> None:
+    """experiment.json, atomically (tmp, fsync, rename)."""
+    state["updated_at"] = time.time()
+    atomic_write_json(Path(expdir) / EXPERIMENT_FILE, state)
+
+
+def append_lineage(expdir: str | Path, row: Mapping[str, Any]) -> None:
+    """One exploit's row at the end of lineage.jsonl, on disk before this returns."""
+    path = Path(expdir) / LINEAGE_FILE
+    line = json.dumps(dict(row), sort_keys=True, default=str) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lineage(expdir: str | Path) -> list[dict[str, Any]]:
+    """The rows of lineage.jsonl (a line torn by a crash is skipped)."""
+    path = Path(expdir) / LINEAGE_FILE
+    rows: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def pin_checkpoint(expdir: str | Path, trial_id: str, checkpoint: str | Path) -> Path:
+    """Keep a donor's checkpoint for good: a hard link (a copy across file systems) under
+    the donor's pinned/ folder, which the trial's checkpoint pruning never touches."""
+    src = Path(checkpoint)
+    dest_dir = Path(expdir) / trial_id / PINNED_DIR
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / src.name
+    if dest.exists():
+        return dest
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+    os.replace(tmp, dest)
+    fsync_dir(dest_dir)
+    return dest
