@@ -1,6 +1,7 @@
 """An experiment on disk: its spec (checked before anything starts), its state
 (`experiment.json`, written atomically on every decision) and its lineage
-(`lineage.jsonl`, append-only, one row per exploit).
+(`lineage.jsonl`, append-only, one row per exploit; ftrl.tune.report reads both for
+people).
 
     EXPDIR/                   = RunConfig.storage_path / RunConfig.name
       experiment.json         spec + trials + the scheduler's state (PBT members, RNG, counters)
@@ -112,24 +113,6 @@ def append_lineage(expdir: str | Path, row: Mapping[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def read_lineage(expdir: str | Path) -> list[dict[str, Any]]:
-    """The rows of lineage.jsonl (a line torn by a crash is skipped)."""
-    path = Path(expdir) / LINEAGE_FILE
-    rows: list[dict[str, Any]] = []
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return rows
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def pin_checkpoint(expdir: str | Path, trial_id: str, checkpoint: str | Path) -> Path:
