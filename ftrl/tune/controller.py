@@ -17,10 +17,12 @@ One loop, every POLL_S seconds (three coordinator calls: jobs, actors, nodes):
 3. PBT: a trial at a perturbation point in the bottom quantile clones a top-quantile
    donor IN PLACE (the donor checkpoints now; the target's driver loads that
    checkpoint and the explored hyperparameters at its next iteration boundary, its
-   runners and learners stay up). A donor checkpoint that is missing, unreadable or
-   over-age is never used: the next donor is tried, the skip logged and counted.
-   Every exploit is a row of lineage.jsonl; the donor's checkpoint is pinned (kept
-   for good under the donor's pinned/ folder);
+   runners and learners stay up). The calls run beside the loop (`_Exploit`, moved
+   on at every pass and woken by their answers), so a slow donor never delays what
+   the loop watches. A donor checkpoint that is missing, unreadable or over-age is
+   never used: the next donor is tried, the skip logged and counted. Every exploit
+   is a row of lineage.jsonl; the donor's checkpoint is pinned (kept for good under
+   the donor's pinned/ folder);
 4. PENDING trials start while the cluster has room (CPUs and GPUs of ALIVE nodes,
    minus what other jobs use) and fewer than max_concurrent_trials run.
 
@@ -36,6 +38,8 @@ import math
 import threading
 import time
 import traceback
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +54,7 @@ from ftrl.tune.experiment import (
     write_state,
 )
 from ftrl.util.run_dir import has_saved_state
-from ftrl.wire.errors import AlreadyExistsError, ConfigError, FtrlError
+from ftrl.wire.errors import AlreadyExistsError, ConfigError, FtrlError, FtrlTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +123,8 @@ class TuneController:
                                          "num_preemptions": 0, "num_trial_failures": 0,
                                          **self.state.get("counters", {})}
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by every answer of an exploit call
+        self._exploits: dict[str, _Exploit] = {}  # in flight, by target
         self._stop_reason = ""
         self._cond = threading.Condition()
         self._seq = 0
@@ -157,7 +163,8 @@ class TuneController:
                     break
                 if changed:
                     self._save()
-                self._stop.wait(POLL_S)
+                self._wake.wait(POLL_S)
+                self._wake.clear()
             if self._stop_reason == "stopped":
                 self._pause_all()
                 self.state["status"] = "STOPPED"
@@ -193,6 +200,8 @@ class TuneController:
                 fresh.append(trial.trial_id)
         if self.pbt is not None and fresh:
             changed |= self._perturb(fresh)
+        if self._exploits:
+            changed |= self._advance_exploits()
         changed |= self._place(nodes, all_actors)
         return changed
 
@@ -322,7 +331,8 @@ class TuneController:
     # ------------------------------------------------------------------ PBT
 
     def _perturb(self, fresh: list[str]) -> bool:
-        """Exploit and explore for the trials that just reported (synch: all at the barrier)."""
+        """Exploit and explore for the trials that just reported (synch: all at the
+        barrier). An exploit runs alongside the loop (`_advance_exploits`)."""
         members = self.pbt_state.members
         if self.pbt.synch:
             if not sched.synch_ready(list(members.values()), self.pbt):
@@ -332,87 +342,145 @@ class TuneController:
             targets = [t for t in fresh if sched.ready(members[t], self.pbt)]
         changed = False
         for target in targets:
+            if target in self._exploits:  # one exploit at a time per target
+                continue
             candidates = sched.decide(target, self.pbt_state, self.pbt)
             changed = True
             if candidates:
-                self._exploit(target, candidates)
+                self._exploits[target] = _Exploit(target, list(candidates), asked=time.time(), t0=time.monotonic())
         return changed
 
-    def _exploit(self, target: str, candidates: list[str]) -> None:
-        asked = time.time()
-        t0 = time.monotonic()
-        members = self.pbt_state.members
-        for donor in candidates:
-            checkpoint = self._donor_checkpoint(donor)
-            reason = sched.checkpoint_usable(checkpoint, members[donor], self.pbt)
-            if reason is None:
-                reason = _unreadable(checkpoint["path"])
-            if reason is not None:
-                self._skip(target, donor, reason, checkpoint)
+    def _advance_exploits(self) -> bool:
+        """Move every exploit in flight one step on (none waits): ask the next donor for a
+        checkpoint; check the checkpoint; have the target load it; record the result."""
+        changed = False
+        for target, ex in list(self._exploits.items()):
+            if self.trials[target].status != "RUNNING":
+                del self._exploits[target]  # pre-empted or ended meanwhile
+                self.state.setdefault("pending_exploits", {}).pop(target, None)
+                changed = True
                 continue
-            pinned = pin_checkpoint(self.expdir, donor, checkpoint["path"])
-            explored = sched.explore(dict(members[donor].config), self.pbt, self.pbt_state.rng)
-            hyperparams = {k: v for k, v in explored.items() if k in self.live_keys}
-            old = dict(self.trials[target].config)
-            new = {**old, **hyperparams}
-            self.state.setdefault("pending_exploits", {})[target] = {
-                "donor": donor, "checkpoint": str(pinned), "hyperparams": hyperparams, "asked": asked}
-            self._save()  # the decision is durable before it is acted on
-            try:
-                reply = self.client.get_actor(f"{target}/algorithm").options(
-                    timeout=EXPLOIT_TIMEOUT_S + 10).call("exploit", str(pinned), hyperparams, EXPLOIT_TIMEOUT_S)
-            except FtrlError as e:
-                self.state["pending_exploits"].pop(target, None)
-                if "orrupt" in str(e) or "checksum" in str(e) or "unreadable" in str(e):
-                    self._skip(target, donor, f"unreadable: {e}", checkpoint)
+            if ex.future is not None and not ex.future.done():
+                if time.monotonic() - ex.since < ex.timeout_s + 10.0:
                     continue
-                log.warning("exploit of %s by %s failed: %s", target, donor, e)
-                return
-            latency = time.monotonic() - t0
-            self.state["pending_exploits"].pop(target, None)
-            trial = self.trials[target]
-            trial.config = new
-            trial.num_exploits += 1
-            members[target].config = dict(new)
-            members[target].score = members[donor].score
-            self.counters["num_exploits"] += 1
-            donor_trial = self.trials[donor]
-            append_lineage(self.expdir, {
-                "time": time.time(), "target": target, "donor": donor,
-                "donor_checkpoint": str(pinned), "donor_checkpoint_iteration": checkpoint.get("iteration"),
-                "donor_checkpoint_time": checkpoint.get("time"),
-                "donor_checkpoint_age_s": round(max(0.0, asked - float(checkpoint.get("saved_at") or asked)), 3),
-                "donor_score": members[donor].score, "donor_iteration": donor_trial.last_result.get("iteration"),
-                "target_iteration": trial.last_result.get("iteration"), "target_time": members[target].time,
-                "target_env_steps": trial.last_result.get("env_steps_sampled"),
-                "old_config": old, "new_config": new, "latency_s": round(latency, 3),
-                "weights_version": reply.get("weights_version") if isinstance(reply, dict) else None,
-            })
-            log.info("exploit: %s <- %s (checkpoint iteration %s) in %.2fs; %s -> %s", target, donor,
-                     checkpoint.get("iteration"), latency, old, new)
-            self._save()
-            return
-        self.counters["num_no_donor"] += 1
-        log.info("exploit of %s: no usable donor among %s", target, candidates)
+                ex.future.cancel()
+                error: BaseException | None = FtrlTimeoutError(f"no answer within {ex.timeout_s + 10:g}s")
+                reply = None
+            elif ex.future is not None:
+                error = ex.future.exception()
+                reply = None if error is not None else ex.future.result()
+            else:
+                error, reply = None, None
+            changed = True
+            if ex.stage == "checkpoint":
+                self._donor_answered(ex, reply, error)
+            elif ex.stage == "load":
+                self._target_answered(ex, reply, error)
+            if ex.stage == "":
+                self._next_donor(ex)
+            if ex.stage == "done":
+                del self._exploits[target]
+        return changed
 
-    def _donor_checkpoint(self, donor: str) -> dict[str, Any] | None:
-        """A fresh checkpoint of the donor (it saves at its next boundary); failing that,
-        its newest known one (checked for age by the caller); None if there is none."""
-        trial = self.trials[donor]
-        info = None
-        if trial.status == "RUNNING":
-            try:
-                info = self.client.get_actor(f"{donor}/algorithm").options(timeout=DONOR_TIMEOUT_S + 10).call(
-                    "checkpoint_now", DONOR_TIMEOUT_S)
-            except FtrlError as e:
-                log.warning("donor %s could not checkpoint now (%s); its newest checkpoint is considered", donor, e)
+    def _ask(self, ex: _Exploit, actor: str, method: str, *args: Any, timeout_s: float) -> None:
+        handle = self.client.get_actor(actor).options(timeout=timeout_s + 10.0)
+        ex.future = handle.submit(method, *args)
+        ex.future.add_done_callback(lambda _: self._wake.set())
+        ex.since, ex.timeout_s = time.monotonic(), timeout_s
+
+    def _next_donor(self, ex: _Exploit) -> None:
+        """Ask the next candidate for a checkpoint now (its newest known one if it is
+        not running); none left: this perturbation has no donor."""
+        ex.future = None
+        while ex.candidates:
+            ex.donor = ex.candidates.pop(0)
+            if self.trials[ex.donor].status == "RUNNING":
+                try:
+                    self._ask(ex, f"{ex.donor}/algorithm", "checkpoint_now", DONOR_TIMEOUT_S, timeout_s=DONOR_TIMEOUT_S)
+                    ex.stage = "checkpoint"
+                    return
+                except FtrlError as e:
+                    log.warning("donor %s could not be asked for a checkpoint (%s)", ex.donor, e)
+            ex.stage = "checkpoint"
+            self._donor_answered(ex, None, None)
+            if ex.stage != "":
+                return
+        self.counters["num_no_donor"] += 1
+        log.info("exploit of %s: no usable donor", ex.target)
+        ex.stage = "done"
+
+    def _donor_answered(self, ex: _Exploit, info: Any, error: BaseException | None) -> None:
+        """The donor's fresh checkpoint (or, failing that, its newest known one): skip it
+        if missing, unreadable or over-age; else pin it and have the target load it."""
+        donor = self.trials[ex.donor]
+        if error is not None:
+            log.warning("donor %s could not checkpoint now (%s); its newest checkpoint is considered", ex.donor, error)
         if isinstance(info, dict) and info.get("path"):
             attr = self.pbt.time_attr
-            trial.last_checkpoint = {
-                "path": str(info["path"]), "iteration": info.get("iteration"),
-                "time": float(info.get(attr, info.get("iteration", 0)) or 0),
-                "saved_at": info.get("saved_at", time.time())}
-        return dict(trial.last_checkpoint) if trial.last_checkpoint else None
+            donor.last_checkpoint = {"path": str(info["path"]), "iteration": info.get("iteration"),
+                                     "time": float(info.get(attr, info.get("iteration", 0)) or 0),
+                                     "saved_at": info.get("saved_at", time.time())}
+        checkpoint = dict(donor.last_checkpoint) if donor.last_checkpoint else None
+        member = self.pbt_state.members[ex.donor]
+        reason = sched.checkpoint_usable(checkpoint, member, self.pbt)
+        if reason is None:
+            reason = _unreadable(checkpoint["path"])
+        if reason is not None:
+            self._skip(ex.target, ex.donor, reason, checkpoint)
+            ex.stage = ""
+            return
+        ex.checkpoint = checkpoint
+        ex.pinned = str(pin_checkpoint(self.expdir, ex.donor, checkpoint["path"]))
+        explored = sched.explore(dict(member.config), self.pbt, self.pbt_state.rng)
+        ex.hyperparams = {k: v for k, v in explored.items() if k in self.live_keys}
+        self.state.setdefault("pending_exploits", {})[ex.target] = {
+            "donor": ex.donor, "checkpoint": ex.pinned, "hyperparams": ex.hyperparams, "asked": ex.asked}
+        self._save()  # the decision is durable before it is acted on
+        try:
+            self._ask(ex, f"{ex.target}/algorithm", "exploit", ex.pinned, ex.hyperparams, EXPLOIT_TIMEOUT_S,
+                      timeout_s=EXPLOIT_TIMEOUT_S)
+            ex.stage = "load"
+        except FtrlError as e:
+            self._target_answered(ex, None, e)
+
+    def _target_answered(self, ex: _Exploit, reply: Any, error: BaseException | None) -> None:
+        self.state.setdefault("pending_exploits", {}).pop(ex.target, None)
+        if error is not None:
+            text = str(error)
+            if "orrupt" in text or "checksum" in text or "unreadable" in text:
+                self._skip(ex.target, ex.donor, f"unreadable: {text}", ex.checkpoint)
+                ex.stage = ""
+            else:
+                log.warning("exploit of %s by %s failed: %s", ex.target, ex.donor, text)
+                ex.stage = "done"
+            return
+        members = self.pbt_state.members
+        trial = self.trials[ex.target]
+        old = dict(trial.config)
+        new = {**old, **ex.hyperparams}
+        applied_at = reply.get("applied_at") if isinstance(reply, dict) else None
+        latency = (applied_at - ex.asked) if isinstance(applied_at, int | float) else time.monotonic() - ex.t0
+        trial.config = new
+        trial.num_exploits += 1
+        members[ex.target].config = dict(new)
+        members[ex.target].score = members[ex.donor].score
+        self.counters["num_exploits"] += 1
+        checkpoint = ex.checkpoint or {}
+        append_lineage(self.expdir, {
+            "time": time.time(), "target": ex.target, "donor": ex.donor,
+            "donor_checkpoint": ex.pinned, "donor_checkpoint_iteration": checkpoint.get("iteration"),
+            "donor_checkpoint_time": checkpoint.get("time"),
+            "donor_checkpoint_age_s": round(max(0.0, ex.asked - float(checkpoint.get("saved_at") or ex.asked)), 3),
+            "donor_score": members[ex.donor].score,
+            "donor_iteration": self.trials[ex.donor].last_result.get("iteration"),
+            "target_iteration": trial.last_result.get("iteration"), "target_time": members[ex.target].time,
+            "target_env_steps": trial.last_result.get("env_steps_sampled"),
+            "old_config": old, "new_config": new, "latency_s": round(max(0.0, latency), 3),
+            "weights_version": reply.get("weights_version") if isinstance(reply, dict) else None,
+        })
+        log.info("exploit: %s <- %s (checkpoint iteration %s) in %.2fs; %s -> %s", ex.target, ex.donor,
+                 checkpoint.get("iteration"), latency, old, new)
+        ex.stage = "done"
 
     def _skip(self, target: str, donor: str, reason: str, checkpoint: dict[str, Any] | None) -> None:
         self.counters["num_donor_skips"] += 1
@@ -526,16 +594,22 @@ class TuneController:
                 trial.status = "PENDING"
         pending = dict(self.state.get("pending_exploits") or {})
         for target, exploit in pending.items():
-            self.state["pending_exploits"].pop(target, None)
             if self.trials[target].status != "RUNNING":
+                self.state["pending_exploits"].pop(target, None)
                 continue
+            ex = _Exploit(target, [], asked=float(exploit.get("asked") or time.time()), t0=time.monotonic(),
+                          donor=exploit["donor"], pinned=exploit["checkpoint"],
+                          hyperparams=dict(exploit["hyperparams"]), checkpoint={"path": exploit["checkpoint"]})
             try:
-                self.client.get_actor(f"{target}/algorithm").options(timeout=REISSUE_TIMEOUT_S + 5).call(
-                    "exploit", exploit["checkpoint"], exploit["hyperparams"], REISSUE_TIMEOUT_S)
-                self.trials[target].config.update(exploit["hyperparams"])
-                log.info("pending exploit of %s by %s made again after a restart", target, exploit["donor"])
+                self._ask(ex, f"{target}/algorithm", "exploit", ex.pinned, ex.hyperparams, REISSUE_TIMEOUT_S,
+                          timeout_s=REISSUE_TIMEOUT_S)
             except FtrlError as e:
                 log.warning("pending exploit of %s dropped: %s", target, e)
+                self.state["pending_exploits"].pop(target, None)
+                continue
+            ex.stage = "load"
+            self._exploits[target] = ex
+            log.info("pending exploit of %s by %s made again after a restart", target, ex.donor)
 
     def _pause_all(self) -> None:
         """Stop every running trial with a final checkpoint: PAUSED (a resume goes on)."""
@@ -578,6 +652,7 @@ class TuneController:
         """Stop the experiment: every running trial stops with a checkpoint (PAUSED)."""
         self._stop_reason = self._stop_reason or "stopped"
         self._stop.set()
+        self._wake.set()
         return self.status()
 
     def __ftrl_drain__(self) -> dict[str, Any]:
@@ -585,8 +660,28 @@ class TuneController:
         incarnation (elsewhere) adopts them."""
         self._stop_reason = self._stop_reason or "drained"
         self._stop.set()
+        self._wake.set()
         self._done.wait(30.0)
         return self.status()
+
+
+@dataclass
+class _Exploit:
+    """One exploit in flight: the target, the donors left to try, and the call out now
+    (stage "checkpoint": the donor's checkpoint_now; "load": the target's exploit)."""
+
+    target: str
+    candidates: list[str]
+    asked: float  # wall time the first donor was asked
+    t0: float  # monotonic, the same moment
+    stage: str = ""
+    donor: str = ""
+    future: Future | None = None
+    since: float = 0.0
+    timeout_s: float = 0.0
+    checkpoint: dict[str, Any] | None = None
+    pinned: str = ""
+    hyperparams: dict[str, Any] = field(default_factory=dict)
 
 
 def trial_resources(trial: Trial) -> dict[str, float]:

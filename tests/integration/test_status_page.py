@@ -149,3 +149,30 @@ def test_port_in_use_fails_at_once(tmp_path, option):
     assert len(errors) == 1, proc.stderr
     assert f"{option} {port}" in errors[0] and f"cannot listen on 127.0.0.1:{port}" in errors[0], errors
     assert not (tmp_path / "port").exists()
+
+
+def test_status_page_shows_a_tuning_experiment(cluster, tmp_path):
+    """A FIFO experiment of two trials on the cluster: /api/status and the page list it
+    with its scheduler actor and its trials (the jobs NAME-T)."""
+    binary = ensure_binary("chromium", "chromium")
+    address, http_port, token = cluster
+    config = (ftrl.PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0, num_envs_per_env_runner=4)
+              .training(train_batch_size=256, minibatch_size=128, num_epochs=1))
+    with ftrl.Client(address, token=token) as client:
+        wait_until(lambda: any(n["state"] == "ALIVE" for n in client.nodes()), 20, what="the worker to join")
+        results = ftrl.Tuner(config, param_space={"lr": ftrl.tune.grid_search([1e-3, 2e-3])},
+                             run_config=ftrl.RunConfig(name="pagexp", storage_path=str(tmp_path / "exp"),
+                                                       stop={"iteration": 2}, verbose=0),
+                             client=client).fit()
+        assert results.num_terminated == 2
+    req = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/status",
+                                 headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        api = json.load(r)
+    (experiment,) = api["experiments"]
+    assert experiment["name"] == "pagexp"
+    assert [t["trial"] for t in experiment["trials"]] == ["pagexp-0", "pagexp-1"]
+    assert all(t["stage"] == "FINISHED" and t["iteration"] == 2 for t in experiment["trials"])
+    dom = chromium(binary, f"http://127.0.0.1:{http_port}/#token={token}", tmp_path / "chrome", "--dump-dom")
+    assert 'data-experiment="pagexp"' in dom
+    assert '<tr data-trial="pagexp-0">' in dom and '<tr data-trial="pagexp-1">' in dom
