@@ -114,7 +114,7 @@ def bench_node_loss() -> dict:
         tuner = ftrl.Tuner(small_ppo([64, 64]).checkpointing(checkpoint_interval=5),
                            param_space={"lr": tune.grid_search([1e-3, 2e-3, 3e-3, 5e-4])},
                            run_config=ftrl.RunConfig(name="loss", storage_path=str(storage), verbose=0,
-                                                     stop={"env_steps_sampled": 400_000}),
+                                                     stop={"env_steps_sampled": 20_000_000}),
                            client=client)
         done: dict = {}
         thread = threading.Thread(target=lambda: done.setdefault("r", tuner.fit()), daemon=True)
@@ -152,9 +152,18 @@ def bench_node_loss() -> dict:
         t_requeued = time.monotonic() - t_kill
         time.sleep(3.0)  # the remaining node settles (the lost runners' CPU is free)
         during = rate(survivors, 10.0)
+        state = json.loads((expdir / "experiment.json").read_text())
+        still_pending = all(state["trials"][t]["status"] == "PENDING" for t in lost)
         rows_before = {t: len(_rows(expdir / t)) for t in lost}
         t_join = time.monotonic()
         cluster.start_worker(node_id="replacement", slots=2)
+
+        def running_again():
+            state = json.loads((expdir / "experiment.json").read_text())
+            return all(state["trials"][t]["status"] == "RUNNING" for t in lost)
+
+        _wait(running_again, 120, "lost trials started again")
+        started_s = time.monotonic() - t_join
         _wait(lambda: all(len(_rows(expdir / t)) > rows_before[t] for t in lost), 120, "lost trials training again")
         back_s = time.monotonic() - t_join
         for t in range(4):
@@ -165,6 +174,8 @@ def bench_node_loss() -> dict:
         "survivor_env_steps_per_s_before": round(before), "survivor_env_steps_per_s_after": round(during),
         "survivor_throughput_ratio": round(during / max(1e-9, before), 3),
         "lost_trials_requeued_after_kill_s": round(t_requeued, 2),
+        "lost_trials_pending_until_the_worker_joined": still_pending,
+        "lost_trials_started_after_worker_joined_s": round(started_s, 2),
         "lost_trials_training_again_after_worker_joined_s": round(back_s, 2),
         "targets": {"survivor_throughput_ratio": ">= 0.9", "training_again_s": "<= 5"},
     }
@@ -185,10 +196,10 @@ def bench_cartpole(seed: int) -> dict:
     for kind in ("pbt", "fifo"):
         storage = Path(tempfile.mkdtemp(prefix=f"ftrl-bench-cartpole-{kind}-"))
         tuner = load_experiment_file(Path(ROOT) / "examples" / "cartpole_pbt.toml", storage_path=str(storage))
-        if kind == "fifo":
-            state = tuner._state
-            state["scheduler"] = {"kind": "fifo"}
-        tuner._state["scheduler"]["seed"] = seed
+        if kind == "fifo":  # the same sampled trials, each to its stop
+            tuner._state["scheduler"] = {"kind": "fifo"}
+        else:
+            tuner._state["scheduler"]["seed"] = seed
         tuner.run_config.verbose = 0
         t0 = time.monotonic()
         results = tuner.fit()

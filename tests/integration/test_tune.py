@@ -208,6 +208,45 @@ def test_a_lost_worker_pauses_only_its_trials_which_resume_from_checkpoints(make
         assert row["donor_iteration"] - row["donor_checkpoint_iteration"] <= lag + 1, row
 
 
+def test_a_drained_worker_is_a_preemption_not_a_failure(make_cluster, tmp_path):
+    """SIGTERM (a spot node's notice) on the worker running one trial's env runner: the
+    worker drains, the trial goes back to the queue counted as pre-empted (not failed)
+    and resumes from its checkpoint on a new worker; the experiment finishes."""
+    cluster = make_cluster(workers=2, slots=1, worker_args=["--drain-timeout", "3"])
+    client = cluster.client()
+    out: dict = {}
+    tuner = ftrl.Tuner(small_ppo(runners=1, batch=512).checkpointing(checkpoint_interval=2),
+                       param_space={"lr": tune.grid_search([1e-3, 2e-3])},
+                       run_config=ftrl.RunConfig(name="drained", storage_path=str(tmp_path), stop={"time_s": 12},
+                                                 verbose=0),
+                       client=client)
+    runner = threading.Thread(target=lambda: out.setdefault("results", tuner.fit()), daemon=True)
+    runner.start()
+
+    def runner_nodes() -> dict[str, str]:
+        nodes = {a["name"].split("/")[0]: a["node_id"] for a in client.actors()
+                 if a["name"].startswith("drained-") and "/env_runner/" in a["name"] and a["state"] == "ALIVE"}
+        return nodes if len(nodes) == 2 and all(len(rows(tmp_path / "drained" / t)) >= 3 for t in nodes) else {}
+
+    nodes = wait_until(runner_nodes, timeout=90, interval=0.2, what="2 trials training")
+    trial, victim = sorted(nodes.items())[0]
+    cluster.worker_procs[victim].send_signal(signal.SIGTERM)
+
+    def preempted() -> bool:
+        state = json.loads((tmp_path / "drained" / "experiment.json").read_text())
+        return state["trials"][trial]["num_preemptions"] >= 1
+
+    wait_until(preempted, timeout=60, interval=0.2, what="the drained trial pre-empted")
+    cluster.start_worker(node_id="replacement", slots=1)
+    runner.join(180)
+    assert not runner.is_alive(), "the experiment did not finish"
+    results = out["results"]
+    assert results.status == "FINISHED" and results.num_terminated == 2
+    state = json.loads((tmp_path / "drained" / "experiment.json").read_text())
+    assert state["trials"][trial]["num_failures"] == 0 and state["counters"]["num_trial_failures"] == 0
+    assert json.loads((tmp_path / "drained" / trial / "result.json").read_text())["restored_from"]
+
+
 EXPERIMENT = """
 algo = "PPO"
 [environment]
