@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 import traceback
@@ -151,13 +152,19 @@ class TuneController:
     # ------------------------------------------------------------------ the loop
 
     def _main(self) -> None:
+        failed = False
         try:
             self.state["status"] = "RUNNING"
             self.state.setdefault("started_at", time.time())
             self._adopt()
             self._save()
             while not self._stop.is_set():
-                changed = self._step()
+                try:
+                    changed = self._step()
+                except (FtrlError, OSError) as e:  # the coordinator away: the next pass retries
+                    log.warning("tuner of %s: a pass failed (%s); retrying", self.name, e)
+                    self._stop.wait(min(5.0, 4 * POLL_S))
+                    continue
                 if self._all_done():
                     self.state["status"] = "FINISHED"
                     break
@@ -170,15 +177,20 @@ class TuneController:
                 self.state["status"] = "STOPPED"
             elif self._stop_reason == "drained":
                 log.warning("tuner of %s drained: the next incarnation goes on", self.name)
-        except BaseException as e:  # the loop's end: record why, the runtime restarts us
+        except BaseException as e:  # a bug: record it; the process exits and is restarted in place
+            failed = True
             log.exception("tuner of %s failed", self.name)
             self.state["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"[:8000]
-            raise
         finally:
             try:
                 self._save()
             finally:
-                self._done.set()
+                with self._cond:
+                    self._done.set()
+                    self._cond.notify_all()
+        if failed:
+            logging.shutdown()
+            os._exit(70)  # the worker restarts this actor from experiment.json (max_restarts)
 
     def _step(self) -> bool:
         """One pass: follow, pre-empt, perturb, place. Whether anything changed."""

@@ -44,12 +44,14 @@ from ftrl.tune.experiment import (
     row_key,
     write_state,
 )
-from ftrl.wire.errors import ConfigError, FailedPreconditionError, FtrlError
+from ftrl.wire.errors import ActorDiedError, ConfigError, FailedPreconditionError, FtrlError
 
 log = logging.getLogger(__name__)
 
 #: How many times the runtime restarts the tuner actor in place.
 TUNER_MAX_RESTARTS = 20
+#: How long `fit()` keeps following a tuner it cannot reach before it gives up.
+FOLLOW_OUTAGE_S = 300.0
 FINAL = ("FINISHED", "STOPPED", "FAILED")
 _NAME_OK = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
 
@@ -349,11 +351,21 @@ class Tuner:
             raise FtrlError(f"the tuner of {self.name} failed: {status['error'].splitlines()[0]}")
 
     def _follow(self, handle: Any) -> dict[str, Any]:
+        """The tuner's status until the experiment ends; a tuner restarting in place is
+        waited for (FOLLOW_OUTAGE_S at most), a DEAD one (out of restarts) is an error."""
         seq, last_line, status = -1, 0.0, {}
+        outage_since: float | None = None
         while True:
             try:
                 status = handle.options(timeout=40.0).call("wait_status", seq, 10.0)
+                outage_since = None
+            except ActorDiedError as e:
+                raise FtrlError(f"the tuner of {self.name} is dead: {e}; `Tuner.restore` / `ftrl tune "
+                                "--resume` continues the experiment from its directory") from None
             except FtrlError as e:  # the tuner restarts in place: keep following
+                outage_since = outage_since or time.monotonic()
+                if time.monotonic() - outage_since > FOLLOW_OUTAGE_S:
+                    raise
                 log.info("following %s: %s", self.name, e)
                 time.sleep(1.0)
                 continue
@@ -365,6 +377,8 @@ class Tuner:
                 if self.run_config.verbose:
                     print(progress_line(status), file=sys.stderr, flush=True)
                 return status
+            if status.get("done"):  # drained: its next incarnation starts elsewhere
+                time.sleep(0.5)
 
 
 def progress_line(status: dict[str, Any]) -> str:
