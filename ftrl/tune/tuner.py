@@ -184,7 +184,7 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
                      run_config: RunConfig) -> dict[str, Any]:
     """The experiment's first state (experiment.json), every input checked first."""
     from ftrl.client.jobs import job_spec, job_to_dict
-    from ftrl.config.live import live_keys
+    from ftrl.config.live import check_live, live_keys
 
     spec = job_spec(config)
     base = spec.config
@@ -235,6 +235,8 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
         try:
             cfg.update_from_dict(variant)
             cfg.validate()
+            if isinstance(scheduler, sched.PopulationBasedTraining):  # e.g. lr under an lr_schedule
+                check_live(cfg, {k: getattr(cfg.training_cfg, k) for k in scheduler.hyperparam_mutations})
         except ConfigError as e:
             raise ConfigError(f"trial {tid} ({variant}): {e}") from None
         trials[tid] = Trial(trial_id=tid, index=i, config=dict(variant), initial_config=dict(variant),

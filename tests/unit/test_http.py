@@ -454,7 +454,9 @@ async def test_status_equals_ftrl_status_json(served):
     status, _, body = await get(served.port, "/api/status", AUTH)
     assert status == 200
     api = json.loads(body)
-    assert set(api) == {"cluster", "nodes", "actors", "learner_groups", "jobs", "events", "deaths", "curves"}
+    assert set(api) == {"cluster", "nodes", "actors", "learner_groups", "jobs", "events", "deaths", "curves",
+                        "experiments"}
+    assert api["experiments"] == []  # no tuner actor (ftrl.tune.controller) on this cluster
     keys = ["cluster", "nodes", "actors", "learner_groups", "jobs"]
     # the CLI prints NaN for a non-finite metric; the API sends null (JSON has no NaN)
     for job in cli["jobs"]:

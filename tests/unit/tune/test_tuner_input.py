@@ -43,6 +43,13 @@ def test_bad_experiments_are_refused_naming_the_key(kwargs, match):
         make(**kwargs)
 
 
+def test_pbt_cannot_mutate_a_key_a_schedule_sets():
+    config = base().training(lr_schedule=[[0, 1e-3], [1000, 0.0]])
+    with pytest.raises(ftrl.ConfigError, match="lr_schedule"):
+        ftrl.Tuner(config, tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
+            hyperparam_mutations={"lr": [1e-3, 2e-3]})), run_config=ftrl.RunConfig(name="x"))
+
+
 def test_a_good_experiment_has_its_trials_and_the_scheduler_state(tmp_path):
     tuner = ftrl.Tuner(
         base(), param_space={"lr": tune.loguniform(1e-4, 1e-2), "entropy_coeff": tune.grid_search([0.0, 0.01])},
