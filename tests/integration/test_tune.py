@@ -79,6 +79,28 @@ def test_fifo_grid_runs_every_trial_to_its_stop_and_reports(make_cluster, tmp_pa
                    client=client).fit()
 
 
+def test_pbt_runs_appo_trials_too(make_cluster, tmp_path):
+    """Trials of the asynchronous family: an APPO trial clones another in place (its
+    learner thread's published weights and queue handled by the driver)."""
+    cluster = make_cluster(workers=1, slots=2)
+    config = (ftrl.APPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=8, rollout_fragment_length=32)
+              .training(train_batch_size=256, minibatch_size=256, num_epochs=1)
+              .reporting(min_time_s_per_iteration=0.3).debugging(seed=0))
+    results = ftrl.Tuner(
+        config, param_space={"lr": tune.grid_search([2e-3, 1e-7])},
+        tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
+            perturbation_interval=2, quantile_fraction=0.5, resample_probability=0.0,
+            hyperparam_mutations={"lr": [1e-7, 1e-3, 2e-3]})),
+        run_config=ftrl.RunConfig(name="appo", storage_path=str(tmp_path), stop={"iteration": 8}, verbose=0),
+        client=cluster.client()).fit()
+    assert results.status == "FINISHED" and results.num_terminated == 2
+    lineage = [json.loads(x) for x in (tmp_path / "appo" / "lineage.jsonl").read_text().splitlines()]
+    assert lineage and all(row["latency_s"] < 10 for row in lineage)
+    for trial in ("appo-0", "appo-1"):
+        assert [r["iteration"] for r in rows(tmp_path / "appo" / trial)] == list(range(1, 9))
+
+
 def _watch_pids(client, prefix: str, stop: threading.Event, seen: dict[str, set[int]]) -> None:
     while not stop.is_set():
         try:
