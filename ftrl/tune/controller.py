@@ -55,7 +55,13 @@ from ftrl.tune.experiment import (
     write_state,
 )
 from ftrl.util.run_dir import has_saved_state
-from ftrl.wire.errors import AlreadyExistsError, ConfigError, FtrlError, FtrlTimeoutError
+from ftrl.wire.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    FtrlError,
+    FtrlTimeoutError,
+    InvalidArgumentError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +126,8 @@ class TuneController:
                 if trial.trial_id not in self.pbt_state.members:
                     self.pbt_state.members[trial.trial_id] = sched.Member(
                         trial.trial_id, alive=False, config=dict(trial.config))
-        self.counters: dict[str, int] = {"num_exploits": 0, "num_donor_skips": 0, "num_no_donor": 0,
-                                         "num_preemptions": 0, "num_trial_failures": 0,
-                                         **self.state.get("counters", {})}
+        saved = self.state.get("counters", {})  # PBT's own counts live in the PBT state
+        self.counters: dict[str, int] = {k: int(saved.get(k, 0)) for k in ("num_preemptions", "num_trial_failures")}
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and by every answer of an exploit call
         self._exploits: dict[str, _Exploit] = {}  # in flight, by target
@@ -140,7 +145,7 @@ class TuneController:
     def _save(self) -> None:
         """experiment.json, atomically: the whole state, before any decision is acted on."""
         self.state["trials"] = {tid: t.to_dict() for tid, t in self.trials.items()}
-        self.state["counters"] = dict(self.counters)
+        self.state["counters"] = self.all_counters()
         if self.pbt_state is not None:
             self.state["pbt"] = self.pbt_state.to_dict()
         self.state["tuner_incarnation"] = self.incarnation
@@ -153,13 +158,16 @@ class TuneController:
 
     def _main(self) -> None:
         failed = False
+        adopted = False
         try:
             self.state["status"] = "RUNNING"
             self.state.setdefault("started_at", time.time())
-            self._adopt()
-            self._save()
             while not self._stop.is_set():
                 try:
+                    if not adopted:
+                        self._adopt()
+                        adopted = True
+                        self._save()
                     changed = self._step()
                 except (FtrlError, OSError) as e:  # the coordinator away: the next pass retries
                     log.warning("tuner of %s: a pass failed (%s); retrying", self.name, e)
@@ -214,7 +222,7 @@ class TuneController:
             changed |= self._perturb(fresh)
         if self._exploits:
             changed |= self._advance_exploits()
-        changed |= self._place(nodes, all_actors)
+        changed |= self._place(nodes, all_actors, jobs)
         return changed
 
     def _all_done(self) -> bool:
@@ -417,7 +425,7 @@ class TuneController:
             self._donor_answered(ex, None, None)
             if ex.stage != "":
                 return
-        self.counters["num_no_donor"] += 1
+        self.pbt_state.num_no_donor += 1
         log.info("exploit of %s: no usable donor", ex.target)
         ex.stage = "done"
 
@@ -435,8 +443,6 @@ class TuneController:
         checkpoint = dict(donor.last_checkpoint) if donor.last_checkpoint else None
         member = self.pbt_state.members[ex.donor]
         reason = sched.checkpoint_usable(checkpoint, member, self.pbt)
-        if reason is None:
-            reason = _unreadable(checkpoint["path"])
         if reason is not None:
             self._skip(ex.target, ex.donor, reason, checkpoint)
             ex.stage = ""
@@ -458,12 +464,11 @@ class TuneController:
     def _target_answered(self, ex: _Exploit, reply: Any, error: BaseException | None) -> None:
         self.state.setdefault("pending_exploits", {}).pop(ex.target, None)
         if error is not None:
-            text = str(error)
-            if "orrupt" in text or "checksum" in text or "unreadable" in text:
-                self._skip(ex.target, ex.donor, f"unreadable: {text}", ex.checkpoint)
+            if _checkpoint_refused(error):  # the target verified it (checksum, contents): a bad donor
+                self._skip(ex.target, ex.donor, f"unreadable: {error}", ex.checkpoint)
                 ex.stage = ""
             else:
-                log.warning("exploit of %s by %s failed: %s", ex.target, ex.donor, text)
+                log.warning("exploit of %s by %s failed: %s", ex.target, ex.donor, error)
                 ex.stage = "done"
             return
         members = self.pbt_state.members
@@ -474,9 +479,8 @@ class TuneController:
         latency = (applied_at - ex.asked) if isinstance(applied_at, int | float) else time.monotonic() - ex.t0
         trial.config = new
         trial.num_exploits += 1
-        members[ex.target].config = dict(new)
+        sched.record_exploit(self.pbt_state, ex.target, ex.donor, new)
         members[ex.target].score = members[ex.donor].score
-        self.counters["num_exploits"] += 1
         checkpoint = ex.checkpoint or {}
         append_lineage(self.expdir, {
             "time": time.time(), "target": ex.target, "donor": ex.donor,
@@ -495,7 +499,7 @@ class TuneController:
         ex.stage = "done"
 
     def _skip(self, target: str, donor: str, reason: str, checkpoint: dict[str, Any] | None) -> None:
-        self.counters["num_donor_skips"] += 1
+        sched.record_skip(self.pbt_state, target, donor, reason)
         log.warning("exploit of %s: donor %s skipped: %s", target, donor, reason)
         skips = self.state.setdefault("skips", [])
         skips.append({"time": time.time(), "target": target, "donor": donor, "reason": reason,
@@ -504,7 +508,8 @@ class TuneController:
 
     # ------------------------------------------------------------------ placing trials
 
-    def _place(self, nodes: dict[str, dict[str, Any]], all_actors: list[dict[str, Any]]) -> bool:
+    def _place(self, nodes: dict[str, dict[str, Any]], all_actors: list[dict[str, Any]],
+               jobs: dict[str, dict[str, Any]]) -> bool:
         """Start PENDING trials (those that ran before first) while they fit."""
         pending = sorted((t for t in self.trials.values() if t.status == "PENDING"),
                          key=lambda t: (t.started_at is None, t.queued_at, t.index))
@@ -519,7 +524,7 @@ class TuneController:
             need = trial_resources(trial)
             if any(need.get(k, 0.0) > free.get(k, 0.0) + 1e-9 for k in need):
                 break  # the front of the queue waits for room: none jumps it
-            if not self._start(trial):
+            if not self._start(trial, jobs.get(trial.trial_id)):
                 break
             for k, v in need.items():
                 free[k] = free.get(k, 0.0) - v
@@ -546,28 +551,32 @@ class TuneController:
                 total[key] = total.get(key, 0.0) - value
         return total
 
-    def _start(self, trial: Trial) -> bool:
-        """Submit the trial's job (resuming from its folder when it holds a state)."""
-        job = self._job_dict(trial)
+    def _start(self, trial: Trial, job: dict[str, Any] | None) -> bool:
+        """Submit the trial's job (resuming from its folder when it holds a state); a job
+        of the trial that still runs is followed instead, or waited for while it stops."""
+        tid = trial.trial_id
         resume = has_saved_state(trial.output_dir)
-        try:
-            self.client.submit(job, job_id=trial.trial_id, output_dir=trial.output_dir, resume=resume)
-        except AlreadyExistsError as e:
-            if "live actors" in str(e):
+        if job is not None and job["stage"] not in FINAL_STAGES:
+            if job.get("stop_requested"):
+                return False  # its last run (pre-empted, paused) is still stopping
+            log.info("trial %s: its job is running; following it", tid)
+        else:
+            try:
+                self.client.submit(self._job_dict(trial), job_id=tid, output_dir=trial.output_dir, resume=resume)
+            except AlreadyExistsError:
                 return False  # the last run's actors are still being stopped
-            log.info("trial %s: its job is already running; following it", trial.trial_id)
-        except ConfigError as e:
-            trial.status, trial.error = "ERROR", f"config error: {e}"
-            return True
-        except (FtrlError, OSError) as e:
-            log.warning("trial %s could not be submitted yet: %s", trial.trial_id, e)
-            return False
-        self._stopping.pop(trial.trial_id, None)
+            except ConfigError as e:
+                trial.status, trial.error = "ERROR", f"config error: {e}"
+                return True
+            except (FtrlError, OSError) as e:
+                log.warning("trial %s could not be submitted yet: %s", tid, e)
+                return False
+            log.info("trial %s started%s with %s", tid, " (resuming)" if resume else "", trial.config)
+        self._stopping.pop(tid, None)
         trial.status = "RUNNING"
         trial.started_at = trial.started_at or time.time()
         if self.pbt_state is not None:
-            self.pbt_state.members[trial.trial_id].alive = True
-        log.info("trial %s started%s with %s", trial.trial_id, " (resuming)" if resume else "", trial.config)
+            self.pbt_state.members[tid].alive = True
         return True
 
     def _job_dict(self, trial: Trial) -> dict[str, Any]:
@@ -587,11 +596,7 @@ class TuneController:
         """Start (or restart) of the tuner: RUNNING trials whose jobs still run are
         followed; the others, and PAUSED ones, go to the front of the queue; a pending
         exploit whose target still runs is made again."""
-        try:
-            jobs = {j["job_id"]: j for j in self.client.jobs()}
-        except FtrlError as e:
-            log.warning("tuner of %s: cannot list jobs yet (%s)", self.name, e)
-            jobs = {}
+        jobs = {j["job_id"]: j for j in self.client.jobs()}
         for trial in self.trials.values():
             job = jobs.get(trial.trial_id)
             live = job is not None and job["stage"] not in FINAL_STAGES
@@ -600,7 +605,7 @@ class TuneController:
                     trial.status = "TERMINATED"
                 else:
                     self._requeue(trial, "its job is not running after a restart", preempted=False)
-            elif trial.status in ("PAUSED", "PENDING") and live:
+            elif trial.status in ("PAUSED", "PENDING") and live and not job.get("stop_requested"):
                 trial.status = "RUNNING"  # a job left running by an earlier incarnation
             elif trial.status == "PAUSED":
                 trial.status = "PENDING"
@@ -645,13 +650,21 @@ class TuneController:
         with self._cond:
             seq = self._seq
         return {"name": self.name, "status": self.state.get("status"), "seq": seq,
-                "counters": dict(self.counters), "error": self.state.get("error", ""),
+                "counters": self.all_counters(), "error": self.state.get("error", ""),
                 "trials": {tid: {"status": t.status, "config": t.config, "last_result": t.last_result,
                                  "best_metric": t.best_metric, "num_exploits": t.num_exploits,
                                  "num_failures": t.num_failures, "num_preemptions": t.num_preemptions,
                                  "error": t.error, "node": t.node}
                            for tid, t in self.trials.items()},
                 "done": self._done.is_set()}
+
+    def all_counters(self) -> dict[str, int]:
+        """Pre-emptions and trial failures, and PBT's perturbations, exploits and skips."""
+        out = dict(self.counters)
+        pbt = self.pbt_state
+        out.update(num_perturbations=pbt.num_perturbations if pbt else 0, num_exploits=pbt.num_exploits if pbt else 0,
+                   num_donor_skips=pbt.num_donor_skips if pbt else 0, num_no_donor=pbt.num_no_donor if pbt else 0)
+        return out
 
     def wait_status(self, after_seq: int = -1, timeout_s: float = 10.0) -> dict[str, Any]:
         """The status once something changed past `after_seq` (or after `timeout_s`, at most 60 s)."""
@@ -701,13 +714,8 @@ def trial_resources(trial: Trial) -> dict[str, float]:
     return dict(trial.resources or {"cpu": 1.0})
 
 
-def _unreadable(path: str) -> str | None:
-    """A reason if the checkpoint file is not a whole checkpoint (header, length, checksum)."""
-    from ftrl.rl.driver.checkpoint import CorruptCheckpointError, decode_checkpoint
-
-    try:
-        decode_checkpoint(Path(path).read_bytes())
-    except (CorruptCheckpointError, OSError) as e:
-        return f"unreadable: {e}"
-    return None
-
+def _checkpoint_refused(error: BaseException) -> bool:
+    """Whether the target's `exploit` refused the checkpoint itself (it raises
+    InvalidArgumentError for a file that does not verify or load, changing nothing)."""
+    return isinstance(error, InvalidArgumentError) or str(getattr(error, "remote_type", "")).endswith(
+        "InvalidArgumentError")

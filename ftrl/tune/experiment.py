@@ -35,7 +35,6 @@ EXPERIMENT_FILE = "experiment.json"
 LINEAGE_FILE = "lineage.jsonl"
 PINNED_DIR = "pinned"
 FORMAT = 1
-TRIAL_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
 #: Ray Tune's names for row keys, accepted in a stop dict and as time_attr.
 ROW_ALIASES = {"training_iteration": "iteration", "timesteps_total": "env_steps_sampled",
                "num_env_steps_sampled": "env_steps_sampled", "time_total_s": "time_s"}
@@ -77,10 +76,6 @@ class Trial:
     def from_dict(cls, data: Mapping[str, Any]) -> Trial:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
-
-
-def trial_dir(expdir: Path, trial_id: str) -> Path:
-    return expdir / trial_id
 
 
 def read_state(expdir: str | Path) -> dict[str, Any]:

@@ -22,17 +22,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ftrl.tune.experiment import EXPERIMENT_FILE, FORMAT, LINEAGE_FILE, row_key
 from ftrl.util.files import atomic_write_bytes
 from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_FILE = "experiment.json"
-LINEAGE_FILE = "lineage.jsonl"
 METRICS_FILE = "metrics.jsonl"
 DEFAULT_PLOT_NAME = "pbt.png"
-
-FORMAT = 1
 TERMINAL_EXPERIMENT_STATES = frozenset({"FINISHED", "STOPPED", "FAILED"})
 
 
@@ -425,9 +422,6 @@ def _index_key(t: Mapping[str, Any]) -> tuple[int, str]:
     return (idx if isinstance(idx, int) and not isinstance(idx, bool) else 1 << 30, str(t.get("trial_id", "")))
 
 
-#: Ray Tune's names for metrics-row keys, accepted as `x` (as ftrl tune accepts them as time_attr).
-_X_ALIASES = {"training_iteration": "iteration", "timesteps_total": "env_steps_sampled",
-              "num_env_steps_sampled": "env_steps_sampled", "time_total_s": "time_s"}
 _EVENT_X = {"env_steps_sampled": "target_env_steps", "iteration": "target_iteration"}
 
 
@@ -452,7 +446,7 @@ def plot_experiment(
         raise ConfigError("plotting needs matplotlib: pip install 'ftrl[plot]'") from None
 
     expdir = Path(expdir)
-    x = _X_ALIASES.get(x, x)
+    x = row_key(x)  # Ray Tune's names too (training_iteration, ...)
     experiment = read_experiment(expdir)
     lineage = read_lineage(expdir)
     summary = experiment_summary(experiment, lineage)
@@ -504,7 +498,7 @@ def plot_experiment(
             tx = None
         if tx is None:
             tx = _num(e.get(_EVENT_X.get(x, ""))) if x in _EVENT_X else None
-            if tx is None and x == _X_ALIASES.get(summary["time_attr"], summary["time_attr"]):
+            if tx is None and x == row_key(summary["time_attr"]):
                 tx = _num(e.get("target_time"))
         ty = _y_at(trows, ti, metric)
         if tx is None or ty is None:

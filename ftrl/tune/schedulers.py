@@ -514,33 +514,42 @@ class Exploit:
     config: dict[str, Any]
 
 
+def record_skip(state: PBTState, target_id: str, donor_id: str, reason: str) -> None:
+    """Count a donor passed over (its checkpoint missing, unreadable or over-age) and
+    note why in the target's last decision."""
+    state.num_donor_skips += 1
+    state.last_decision.setdefault(target_id, {"skipped": {}}).setdefault("skipped", {})[donor_id] = reason
+
+
+def record_exploit(state: PBTState, target_id: str, donor_id: str, config: Mapping[str, Any]) -> None:
+    """The target took the donor's checkpoint and `config` (the explored one)."""
+    target = state.members[target_id]
+    target.config = copy.deepcopy(dict(config))
+    target.num_exploits += 1
+    state.num_exploits += 1
+    state.last_decision.setdefault(target_id, {})["donor"] = donor_id
+
+
 def exploit(target_id: str, candidates: list[str], state: PBTState,
             pbt: PopulationBasedTraining,
             get_checkpoint: Callable[[str], Mapping[str, Any] | None]) -> Exploit | None:
-    """Take the first candidate whose checkpoint is usable and explore its config.
+    """Take the first candidate whose checkpoint is usable and explore its config: the
+    synchronous form of what the tuner does (ftrl.tune.controller asks donors and
+    targets beside its loop, with the same record_* steps).
 
     Skipped donors are counted and noted with their reason in `state.last_decision`.
-    The target takes the explored config and restarts at the checkpoint's time, which
-    counts as its last perturbation. None (counted in `num_no_donor`) if no donor is usable.
+    The target keeps its own time (an exploit in place: its counters go on). None
+    (counted in `num_no_donor`) if no donor is usable.
     """
-    target = state.members[target_id]
-    note = state.last_decision.setdefault(
-        target_id, {"time": target.time, "candidates": list(candidates), "skipped": {},
-                    "donor": None})
     for donor_id in candidates:
         donor = state.members.get(donor_id)
         checkpoint = get_checkpoint(donor_id) if donor is not None else None
-        reason = checkpoint_usable(checkpoint, donor, pbt) if donor is not None else "missing"
-        if reason is not None or donor is None or checkpoint is None:
-            state.num_donor_skips += 1
-            note["skipped"][donor_id] = reason or "missing"
+        reason = "missing" if donor is None else checkpoint_usable(checkpoint, donor, pbt)
+        if reason is not None:
+            record_skip(state, target_id, donor_id, reason)
             continue
         new_config = explore(donor.config, pbt, state.rng)
-        target.config = copy.deepcopy(new_config)
-        target.time = target.last_perturbation_time = checkpoint["time"]
-        target.num_exploits += 1
-        state.num_exploits += 1
-        note["donor"] = donor_id
+        record_exploit(state, target_id, donor_id, new_config)
         return Exploit(donor_id, dict(checkpoint), new_config)
     if candidates:
         state.num_no_donor += 1

@@ -202,7 +202,9 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
         raise ConfigError(f"mode must be 'max' or 'min', got {mode!r}")
     live = sorted(live_keys(algo))
     if isinstance(scheduler, sched.PopulationBasedTraining):
-        scheduler.metric, scheduler.mode = metric, mode
+        # a copy (the caller's object is left as it is); a metric or mode that differs from
+        # the TuneConfig's is refused
+        scheduler = scheduler.with_metric(tune_config.metric, tune_config.mode).with_metric(metric, mode)
         if scheduler.seed is None:
             scheduler.seed = tune_config.seed
         scheduler.validate(valid)
@@ -248,7 +250,7 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
         "spec": {"base_job": job_to_dict(spec), "param_space": search.param_space_to_wire(space),
                  "num_samples": tune_config.num_samples, "max_concurrent_trials": mct,
                  "seed": tune_config.seed, "stop": stop, "max_failures": failures,
-                 "storage_path": str(expdir.parent), "live_keys": live},
+                 "live_keys": live},
         "counters": {}, "started_at": time.time(), "experiment_dir": str(expdir),
     }
 
@@ -425,15 +427,8 @@ def load_experiment_file(path: str | Path, storage_path: str | None = None) -> T
             near = get_close_matches(key, _TUNE_KEYS, 1)
             raise ConfigError(f"unknown key {key!r} in [tune]" + (f"; did you mean {near[0]!r}?" if near else ""))
     scheduler_table = dict(tune.get("scheduler") or {"kind": "fifo"})
-    kind = scheduler_table.pop("kind", "pbt" if scheduler_table else "fifo")
-    if kind == "pbt":
-        scheduler: Any = sched.PopulationBasedTraining.from_dict({**scheduler_table, "kind": "pbt"})
-    elif kind == "fifo":
-        if scheduler_table:
-            raise ConfigError(f"[tune.scheduler] kind fifo takes no other keys, got {sorted(scheduler_table)}")
-        scheduler = sched.FIFOScheduler()
-    else:
-        raise ConfigError(f"[tune.scheduler] kind must be 'pbt' or 'fifo', got {kind!r}")
+    scheduler_table.setdefault("kind", "pbt")
+    scheduler = sched.scheduler_from_dict(scheduler_table)
     tune_config = TuneConfig(num_samples=tune.get("num_samples", 1), scheduler=scheduler,
                              metric=tune.get("metric"), mode=tune.get("mode"),
                              max_concurrent_trials=tune.get("max_concurrent_trials"), seed=tune.get("seed"))

@@ -114,7 +114,8 @@ def _watch_pids(client, prefix: str, stop: threading.Event, seen: dict[str, set[
 
 def test_pbt_clones_the_better_trial_in_place(make_cluster, tmp_path):
     """Two trials, one with a useless learning rate: at each perturbation point the bad
-    one clones the good one in place; its runner and driver keep their processes."""
+    one clones the good one in place; its runner and driver keep their processes. The
+    tuner is SIGKILLed halfway and goes on from experiment.json."""
     cluster = make_cluster(workers=1, slots=2)
     client = cluster.client()
     pbt = tune.PopulationBasedTraining(
@@ -122,8 +123,21 @@ def test_pbt_clones_the_better_trial_in_place(make_cluster, tmp_path):
         hyperparam_mutations={"lr": [1e-7, 1e-3, 2e-3]}, resample_probability=0.0, seed=0)
     seen: dict[str, set[int]] = {}
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch_pids, args=(client, "inplace-", stop, seen), daemon=True)
+    watcher = threading.Thread(target=_watch_pids, args=(client, "inplace", stop, seen), daemon=True)
     watcher.start()
+    killed: dict[str, int] = {}
+
+    def kill_the_tuner_once() -> None:
+        """SIGKILL the scheduler mid-experiment: its worker restarts it in place."""
+        try:
+            wait_until(lambda: len(rows(tmp_path / "inplace" / "inplace-1")) >= 8, timeout=120, interval=0.1)
+            killed["pid"] = client.actor("inplace/tuner")["pid"]
+            os.kill(killed["pid"], signal.SIGKILL)
+        except (AssertionError, ftrl.FtrlError, OSError) as e:
+            killed["error"] = repr(e)
+
+    killer = threading.Thread(target=kill_the_tuner_once, daemon=True)
+    killer.start()
     try:
         results = ftrl.Tuner(
             small_ppo(runners=1, batch=1024),
@@ -135,7 +149,10 @@ def test_pbt_clones_the_better_trial_in_place(make_cluster, tmp_path):
     finally:
         stop.set()
         watcher.join(5)
+        killer.join(5)
     assert results.status == "FINISHED" and results.num_terminated == 2
+    assert "pid" in killed, killed
+    assert len(seen["inplace/tuner"]) >= 2  # restarted, in place (one node), from experiment.json
     lineage = [json.loads(line) for line in (tmp_path / "inplace" / "lineage.jsonl").read_text().splitlines()]
     assert lineage, "no exploit happened"
     first = lineage[0]
@@ -153,7 +170,8 @@ def test_pbt_clones_the_better_trial_in_place(make_cluster, tmp_path):
     versions = [r["weights_version"] for r in target_rows]
     assert any(b - a > 1 for a, b in itertools.pairwise(versions)), versions
     state = json.loads((tmp_path / "inplace" / "experiment.json").read_text())
-    assert state["counters"]["num_exploits"] == len(lineage)
+    assert state["tuner_incarnation"] > 1
+    assert state["counters"]["num_exploits"] == len(lineage) == state["pbt"]["num_exploits"]
     assert state["trials"]["inplace-1"]["config"]["lr"] == lineage[-1]["new_config"]["lr"]
     assert state["pbt"]["members"]["inplace-1"]["last_perturbation_time"] > 0
 

@@ -464,11 +464,6 @@ class IMPALA(Algorithm):
         """Staleness is the learner's call here (`max_policy_lag`; the runner group keeps all)."""
         return int(self.config.training_cfg.max_policy_lag)
 
-    def samples_in_flight(self) -> int:
-        """Runners' requests in flight, the batch being filled and the queued batches."""
-        queued = sum(len(batch.fragments) for batch in list(self._thread.queue.queue)) if self._thread else 0
-        return super().samples_in_flight() + len(self._pending.fragments) + queued
-
     def _learner_source(self) -> Any:
         with self._learner_at_rest():
             return super()._learner_source()

@@ -325,7 +325,7 @@ class AlgorithmDriver:
         with `hyperparams` (live keys, ftrl.config.live), keeping this job's runners,
         learners and counters (ftrl.rl.driver.exploit). Returns {"applied_at",
         "iteration", "weights_version", "donor_iteration", "hyperparams" (applied),
-        "dropped_in_flight", ...}. A bad checkpoint (InvalidArgumentError), one of another
+        ...}. A bad checkpoint (InvalidArgumentError), one of another
         algorithm/env/model (ConfigError), a key that is not live or a bad value
         (ConfigError) change nothing. FtrlTimeoutError when no boundary came within
         `timeout_s`; FailedPreconditionError when the run ended."""

@@ -605,14 +605,18 @@ class Algorithm:
         on the learner(s) from their next update on, and kept in every driver state.
         Returns the values set. On the training thread."""
         values = check_live(self.config, hyperparams)
-        if not values:
-            return values
         with self.learner_paused():
-            self.config.training(**values)
-            self.config_dict = self.config.to_dict()
-            self.hyperparams.update(values)
-            self.learner.set_hyperparams(values)
+            self.set_checked_hyperparams(values)
         return values
+
+    def set_checked_hyperparams(self, values: Mapping[str, Any]) -> None:
+        """`apply_hyperparams` after its check (`check_live`), with the learner paused."""
+        if not values:
+            return
+        self.config.training(**values)
+        self.config_dict = self.config.to_dict()
+        self.hyperparams.update(values)
+        self.learner.set_hyperparams(dict(values))
 
     def learner_paused(self) -> contextlib.AbstractContextManager:
         """Held while the training thread changes the learner's state or hyperparameters:
@@ -627,10 +631,6 @@ class Algorithm:
         """How many versions behind the learner a sample may be and still be learned on (the
         runners' max_weights_lag): an exploit moves the version further than this."""
         return int(self.config.env_runners_cfg.max_weights_lag)
-
-    def samples_in_flight(self) -> int:
-        """Fragments asked for or waiting to be learned on (runners' requests in flight)."""
-        return self.env_runner_group.in_flight() if self.env_runner_group is not None else 0
 
     def check_compatible(self, state: dict[str, Any]) -> None:
         """Raise ConfigError if this config cannot continue from `state`."""

@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 #: Config keys a resumed run must share with its checkpoint.
-_FIXED_ON_RESUME = ("algo", "env", "observation_filter")
+_FIXED_ON_RESUME = ("algo", "env", "observation_filter", "opt_type")
 #: Row keys that are counters a resumed run continues from (a row newer than its state).
 _ROW_RUNNER_COUNTERS = ("num_env_runner_restarts", "num_env_runner_failures", "num_sub_env_restarts",
                         "num_samples_late", "num_samples_dropped", "env_steps_dropped", "num_samples_lost")
@@ -153,14 +153,14 @@ def _set_driver_state(algo: Algorithm, state: dict[str, Any]) -> None:
 
 
 def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any],
-                            action: str = "resume", fixed: tuple[str, ...] = ()) -> None:
+                            action: str = "resume") -> None:
     """Raise ConfigError if a run with `config` on spaces `spec` cannot continue from
-    checkpoint `state` (another env, algorithm, model shape or spaces; or another value
-    of one of the config keys `fixed`). `action` names what is refused in the message."""
+    checkpoint `state` (another env, algorithm, observation filter, optimizer type, model
+    shape or spaces). `action` names what is refused in the message."""
     old = state.get("config") or {}
     new = config.to_dict()
     hint = "; use another --output directory" if action == "resume" else ""
-    for key in (*_FIXED_ON_RESUME, *fixed):
+    for key in _FIXED_ON_RESUME:
         if str(old.get(key)) != str(new.get(key)):
             raise ConfigError(
                 f"cannot {action}: the checkpoint was made with {key}={old.get(key)!r}, this "

@@ -199,9 +199,7 @@ class Learner:
         if unknown:
             raise ValueError(f"no training keys {unknown} in {type(self.hp).__name__}")
         for key, value in values.items():
-            setattr(self.hp, key, value)
-        if "lr" in values and not getattr(self.hp, "lr_schedule", None):
-            self.set_lr(float(values["lr"]))
+            setattr(self.hp, key, value)  # lr too: every update sets the optimizer's from it
 
     # ------------------------------------------------------------------ mesh state
 

@@ -508,7 +508,7 @@ def test_stale_donor_is_skipped():
         assert (state.num_donor_skips, state.num_exploits, state.num_no_donor) == (1, 1, 0)
         target = state.members["t0"]
         assert target.config == result.config and target.num_exploits == 1
-        assert target.time == target.last_perturbation_time == 18  # restarts at the checkpoint
+        assert target.time == target.last_perturbation_time == 20  # in place: its own time goes on
 
 
 def test_no_usable_donor():
