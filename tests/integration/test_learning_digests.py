@@ -55,3 +55,45 @@ def test_two_learners_over_gloo_give_the_recorded_digests():
                 assert set(digests.values()) == {RECORDED["two_learners_gloo"][f"cartpole/{seed}"]}, seed
         finally:
             client.close()
+
+
+# ---------------------------------------------------------------------------- IMPALA, APPO and whole runs
+# recorded on c79197e, before the rooms restructure (tests/fixtures/learning_cases.py)
+
+from tests.fixtures.learning_cases import (  # noqa: E402
+    LEARNER_CASES,
+    RUN_CASES,
+    in_driver_learner_digest,
+    run_digest,
+    two_learner_digest,
+)
+
+RECORDED_C79197E = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "learning_digests.json").read_text())
+
+
+@pytest.mark.parametrize(("algo", "case"), LEARNER_CASES)
+def test_impala_and_appo_learners_give_the_recorded_digests(algo, case):
+    for seed in SEEDS:
+        assert in_driver_learner_digest(algo, case, seed) == RECORDED_C79197E["learner_in_driver"][
+            f"{algo}/{case}/{seed}"], seed
+
+
+@pytest.mark.timeout(600)
+def test_two_learners_and_deterministic_runs_give_the_recorded_digests():
+    """Two IMPALA/APPO learner actors over gloo on the seeded fragments; whole runs
+    (IMPALA and APPO deterministic, learner in the driver or two over gloo; PPO sampling
+    in its driver), seeds 0-2: digests, weights and every iteration's figures."""
+    with new_cluster(workers=1, slots=6) as cluster:
+        client = cluster.client()
+        try:
+            for algo in ("IMPALA", "APPO"):
+                for seed in SEEDS:
+                    got = two_learner_digest(client, algo, seed, f"lg{algo.lower()}{seed}")
+                    assert got == RECORDED_C79197E["learner_two_gloo"][f"{algo}/cartpole/{seed}"], (algo, seed)
+            for algo, num_learners in RUN_CASES:
+                for seed in SEEDS:
+                    key = f"{algo}/{num_learners}/{seed}"
+                    got = run_digest(client, algo, num_learners, seed, f"run{algo.lower()}{num_learners}s{seed}")
+                    assert got == RECORDED_C79197E["runs"][key], key
+        finally:
+            client.close()
