@@ -281,7 +281,7 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     work, or (with `resume_from`) a state this config cannot continue; corrupt state
     files are reported (and skipped) here too. Returns the state file a resume starts
     from (None: from the start)."""
-    from ftrl.rl.models.kinds import check_model
+    from ftrl.rl.models.check import check_model
     from ftrl.rl.sampling.env_factory import probe_spaces
     from ftrl.rl.spaces import space_spec
 

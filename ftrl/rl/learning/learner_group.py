@@ -40,7 +40,7 @@ import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot
-from ftrl.rl.models.kinds import check_model
+from ftrl.rl.models.check import check_model
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.imports import import_class
 from ftrl.wire.errors import (

@@ -59,21 +59,6 @@ def model_kind(spec: SpaceSpec, model: ModelConfig) -> str:
     return "cnn" if looks_like_image(spec) else "fc"
 
 
-def check_model(spec: SpaceSpec, model: ModelConfig) -> None:
-    """Raise ConfigError now for a model that cannot work on these spaces (before any
-    process starts): the choice of network always, without torch; a model that needs
-    torch is built once on the CPU (a custom module's import, constructor and output
-    shapes), leaving torch's random state as it was."""
-    if model_kind(spec, model) == "fc":
-        return
-    import torch
-
-    from ftrl.rl.models.factory import build_model
-
-    with torch.random.fork_rng(devices=[]):
-        build_model(spec, model)
-
-
 def needs_torch(spec: SpaceSpec, model: ModelConfig) -> bool:
     """Whether the model has no numpy forward (only the fully connected one has)."""
     return model_kind(spec, model) != "fc"

@@ -11,9 +11,10 @@ import torch
 from ftrl.config import ModelConfig, PPOConfig
 from ftrl.rl.algorithms.ppo import PPOLearner
 from ftrl.rl.models.actor_critic import ActorCritic
+from ftrl.rl.models.check import check_model
 from ftrl.rl.models.cnn import ConvActorCritic
 from ftrl.rl.models.factory import build_model
-from ftrl.rl.models.kinds import NATURE_FILTERS, SMALL_FILTERS, check_model, conv_plan, model_kind
+from ftrl.rl.models.kinds import NATURE_FILTERS, SMALL_FILTERS, conv_plan, model_kind
 from ftrl.rl.models.policy import TorchPolicy, make_policy
 from ftrl.rl.spaces import SpaceSpec, space_spec
 from ftrl.wire.errors import ConfigError

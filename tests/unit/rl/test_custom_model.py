@@ -11,9 +11,9 @@ import torch
 
 from ftrl.config import ModelConfig, PPOConfig
 from ftrl.rl.algorithms.ppo import PPOLearner
+from ftrl.rl.models.check import check_model
 from ftrl.rl.models.custom import CustomActorCritic
 from ftrl.rl.models.factory import build_model
-from ftrl.rl.models.kinds import check_model
 from ftrl.rl.models.policy import TorchPolicy, make_policy
 from ftrl.rl.spaces import space_spec
 from ftrl.wire.errors import ConfigError
