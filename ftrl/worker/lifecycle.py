@@ -4,10 +4,14 @@ what the coordinator is told about them.
 Each actor incarnation is a child process (from the spare pool); its exit is noticed at
 once by the loop's child watcher. A dead actor is restarted in place right away (then
 reported) when three things hold: it has restarts left, the incarnation is in the range
-the coordinator granted this node, and the node's lease is valid (see link.py).
-Without a lease the death is reported and the coordinator decides. Restarts in place
-follow the coordinator's RestartPolicy (sent at every registration), so both sides
-apply one rule. While the node drains there are no restarts in place.
+the coordinator granted this node, and the node's lease is valid (lease.py). Without a
+lease the death is reported and the coordinator decides. Restarts in place follow the
+coordinator's RestartPolicy (the lease carries it), so both sides apply one rule. While
+the node drains (`begin_drain`) there are no restarts in place.
+
+`ActorLifecycle` owns the node's actors (`actors`), their GPUs, the warm processes they
+start in (`processes.SparePool`), the hang watch that pings them (hang.py) and the tasks
+that run them; it reads the lease and writes its reports to the outbox (outbox.py).
 """
 
 from __future__ import annotations
@@ -17,15 +21,23 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
+from ftrl.util.awake_clock import AwakeClock
 from ftrl.util.logfmt import actor_fields, kv
 from ftrl.util.watchdog import exit_reason
 from ftrl.wire import ftrl_pb2 as pb
-from ftrl.worker.core import AgentCore
+from ftrl.wire.security import Security
+from ftrl.worker.gpu_slots import GpuSlots
+from ftrl.worker.hang import HangWatch
+from ftrl.worker.lease import Lease
 from ftrl.worker.local_actor import LocalActor
 from ftrl.worker.logs import log_file
-from ftrl.worker.processes import ActorProcess
+from ftrl.worker.options import NodeIdentity, WorkerOptions
+from ftrl.worker.outbox import Outbox
+from ftrl.worker.processes import ActorProcess, SparePool
 
 log = logging.getLogger("ftrl.worker.agent")
 
@@ -56,12 +68,99 @@ def log_tail(path: Path, lines: int = 12, max_bytes: int = 8192) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-class ActorLifecycle(AgentCore):
-    """The node agent's actors: the coordinator's commands, their processes, their exits."""
+class ActorLifecycle:
+    """The node's actors: the coordinator's commands, their processes, their exits (see
+    the module docstring). `node` and `opts` say who and how; `awake` is the clock
+    silences are counted on (the worker's own pauses left out)."""
+
+    def __init__(self, node: NodeIdentity, opts: WorkerOptions, security: Security, log_dir: Path,
+                 lease: Lease, outbox: Outbox, awake: AwakeClock) -> None:
+        self.node = node
+        self.opts = opts
+        self.security = security
+        self.log_dir = log_dir
+        self.lease = lease
+        self.outbox = outbox
+        self._awake = awake
+        self.actors: dict[str, LocalActor] = {}  # by name; changed here only
+        self.draining = ""  # why the node drains; "" while it does not
+        self._drain_deadline = float("inf")  # monotonic end of the drain, once it began
+        self._tasks: set[asyncio.Task] = set()  # per-actor tasks (`_spawn`), cancelled at the end
+        self.gpus = GpuSlots(opts.gpus)
+        child_env = {**security.to_env(), "FTRL_COORDINATOR": opts.coordinator}
+        self.pool = SparePool(opts.spares, opts.preload, log_dir, child_env)
+        self.hang = HangWatch(self.actors, node.address, security, security.metadata(), awake,
+                              opts.actor_hang_timeout_s, self._on_hung)
+
+    async def run(self) -> None:
+        """Watch the actors for hangs and keep the spares warm, until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.hang.run())
+            tg.create_task(self.pool.maintain())
+
+    async def close(self, reason: str) -> None:
+        """Stop every actor at once (no drain) and end the tasks that ran them (once `run`
+        has ended)."""
+        for la in list(self.actors.values()):
+            la.stop_requested, la.stop_reason, la.drain = True, reason, False
+        await asyncio.gather(*(self._stop_actor(la) for la in list(self.actors.values())),
+                             return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.hang.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task:
+        """Run `coro` as a task of the lifecycle (cancelled by `close`)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---------------------------------------------------------------- what the link asks
+
+    def count(self) -> int:
+        """How many actors this node runs (stopping ones included)."""
+        return len(self.actors)
+
+    def running(self, epoch: int) -> list[pb.RunningActor]:
+        """The actors this node runs (not those stopping), as a registration tells them."""
+        out = []
+        for la in self.actors.values():
+            if la.state == "stopping":
+                continue
+            out.append(pb.RunningActor(
+                spec=la.spec, incarnation=la.incarnation, pid=la.pid,
+                address=f"{self.node.address}:{la.port}" if la.state == "alive" else "",
+                node_epoch=epoch, restarts=la.restarts, local_until=la.local_until,
+            ))
+        return out
+
+    # ---------------------------------------------------------------- what the drain asks
+
+    def names(self) -> list[str]:
+        """The names of the actors on this node, sorted."""
+        return sorted(self.actors)
+
+    def begin_drain(self, reason: str, deadline: float) -> None:
+        """The node drains from now on (`reason`) until `deadline` (monotonic): no
+        restarts in place, an actor ending cleanly counts as drained, and a drain stop
+        lets an actor use what is left of the time; no warm spares needed any more."""
+        self.draining = reason
+        self._drain_deadline = deadline
+        self.pool.size = 0
+
+    def drain_remaining(self) -> None:
+        """Stop every actor not stopping yet, letting it run its drain hook first."""
+        for la in list(self.actors.values()):
+            if not la.stop_requested:
+                self._begin_stop(la, f"drained: its node drains ({self.draining})", drain=True)
 
     # ---------------------------------------------------------------- commands
 
-    def _on_start(self, start: pb.StartActor) -> None:
+    def on_start(self, start: pb.StartActor) -> None:
+        """The coordinator's StartActor (a duplicate is ignored; an older incarnation
+        here is replaced)."""
         name = start.spec.name
         existing = self.actors.get(name)
         if existing is not None:
@@ -74,7 +173,8 @@ class ActorLifecycle(AgentCore):
         self.actors[name] = la
         la.task = self._spawn(self._run_actor(la, start.delay_s))
 
-    def _on_stop(self, stop: pb.StopActor, report: bool = True) -> None:
+    def on_stop(self, stop: pb.StopActor, report: bool = True) -> None:
+        """The coordinator's StopActor (`report`: tell it once stopped)."""
         la = self.actors.get(stop.name)
         if la is None or (stop.incarnation and la.incarnation > stop.incarnation):
             return
@@ -97,7 +197,7 @@ class ActorLifecycle(AgentCore):
         if la.host is not None:
             if drain:
                 # one deadline for the whole drain: an actor may use what is left of it
-                # (its exit after the hook included); after it, _stop_all stops everything
+                # (its exit after the hook included); after it, close() stops everything
                 left = self._drain_deadline - time.monotonic()
                 grace = max(1.0, min(left, self.opts.drain_timeout_s))
                 log.info("actor %s incarnation %d: asking it to drain (%s; killed if still there "
@@ -115,8 +215,8 @@ class ActorLifecycle(AgentCore):
             la.task.cancel()
         self._forget(la)
         if report:
-            self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
-                         reason=la.stop_reason)
+            self.outbox.report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
+                               reason=la.stop_reason)
 
     def _forget(self, la: LocalActor) -> None:
         if self.actors.get(la.name) is la:
@@ -130,7 +230,7 @@ class ActorLifecycle(AgentCore):
 
     def _kv(self, event: str, la: LocalActor, incarnation: int | None = None, **more: object) -> str:
         """One key=value line about an incarnation of `la` (as the coordinator's events)."""
-        fields = actor_fields(self.node_id, la.name, la.incarnation if incarnation is None else incarnation)
+        fields = actor_fields(self.node.node_id, la.name, la.incarnation if incarnation is None else incarnation)
         return kv(event=event, **fields, **more)
 
     async def _run_actor(self, la: LocalActor, delay_s: float = 0.0) -> None:
@@ -167,8 +267,8 @@ class ActorLifecycle(AgentCore):
             env.update(codec.decode(spec.env, codec.SMALL_LIMITS))
         assign = {
             "kind": "assign", "spec": spec.SerializeToString(), "incarnation": la.incarnation,
-            "restarts": la.restarts, "node_id": self.node_id, "coordinator": self.opts.coordinator,
-            "bind_host": self.address, "log_path": str(self._log_path(la.name)), "env": env,
+            "restarts": la.restarts, "node_id": self.node.node_id, "coordinator": self.opts.coordinator,
+            "bind_host": self.node.address, "log_path": str(self._log_path(la.name)), "env": env,
             "log_level": self.opts.log_level, "drain_grace_s": self.opts.drain_timeout_s,
             "name": la.name, "log_max_bytes": self.opts.log_max_bytes, "log_backups": self.opts.log_backups,
             "security": {k: v for k, v in vars(self.security).items() if v is not None},
@@ -212,15 +312,15 @@ class ActorLifecycle(AgentCore):
         la.last_pong = self._awake()
         log.info("%s", self._kv("ACTOR_STARTED", la, pid=host.pid, port=la.port,
                                 start_s=round(time.monotonic() - t0, 3)))
-        self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STARTED,
-                     pid=host.pid, address=f"{self.address}:{la.port}")
+        self.outbox.report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STARTED,
+                           pid=host.pid, address=f"{self.node.address}:{la.port}")
         return None
 
     def _start_failed(self, la: LocalActor, error_type: str, message: str, tb: str = "") -> None:
         log.warning("%s", self._kv("ACTOR_START_FAILED", la, error=error_type, reason=message))
         self._forget(la)
-        self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_START_FAILED,
-                     error_type=error_type, reason=f"{error_type}: {message}"[:4000])
+        self.outbox.report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_START_FAILED,
+                           error_type=error_type, reason=f"{error_type}: {message}"[:4000])
 
     def _on_exit(self, la: LocalActor, code: int | None, prefix: str = "") -> None:
         if la.stop_requested or self.actors.get(la.name) is not la:
@@ -235,18 +335,18 @@ class ActorLifecycle(AgentCore):
             log.info("%s", self._kv("ACTOR_EXITED", la, restart="no", reason="drained on its own "
                                     "(exited with code 0)"))
             self._forget(la)
-            self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
-                         reason=f"drained: exited with code 0 while its node drains ({self.draining})")
+            self.outbox.report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_STOPPED,
+                               reason=f"drained: exited with code 0 while its node drains ({self.draining})")
             return
-        policy = self.restart_policy
+        policy = self.lease.restart_policy
         alive_for = None if la.started_at == 0.0 else time.monotonic() - la.started_at
         la.crash_streak = policy.next_streak(la.crash_streak, alive_for)
         has_budget = policy.has_budget(la.restarts, la.spec.max_restarts)
         in_range = la.incarnation + 1 < la.local_until
-        if has_budget and in_range and self.lease_valid() and not self.draining:
+        if has_budget and in_range and self.lease.valid() and not self.draining:
             old = la.incarnation
-            self._report(name=la.name, incarnation=old, kind=pb.REPORT_EXITED, exit_code=code or 0,
-                         reason=details[:4000], restarting_locally=True, next_incarnation=old + 1)
+            self.outbox.report(name=la.name, incarnation=old, kind=pb.REPORT_EXITED, exit_code=code or 0,
+                               reason=details[:4000], restarting_locally=True, next_incarnation=old + 1)
             la.incarnation, la.restarts = old + 1, la.restarts + 1
             la.host = None
             self.gpus.release(la)
@@ -261,15 +361,15 @@ class ActorLifecycle(AgentCore):
                        "the node drains" if self.draining else "no coordinator lease")
             log.warning("%s", self._kv("ACTOR_EXITED", la, restart="no", why=why_not, reason=reason))
             self._forget(la)
-            self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_EXITED,
-                         exit_code=code or 0, reason=details[:4000])
+            self.outbox.report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_EXITED,
+                               exit_code=code or 0, reason=details[:4000])
 
     def _on_hung(self, la: LocalActor, silent_s: float) -> None:
         """`la` did not answer pings (see hang.py): kill it and report it."""
         la.hung = True
         log.warning("%s", self._kv("ACTOR_HUNG", la, silent_s=round(silent_s, 1),
                                    reason="did not answer pings: killing it"))
-        self._report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_HUNG,
-                     reason=f"no ping answer for {self.opts.actor_hang_timeout_s:g}s")
+        self.outbox.report(name=la.name, incarnation=la.incarnation, kind=pb.REPORT_HUNG,
+                           reason=f"no ping answer for {self.opts.actor_hang_timeout_s:g}s")
         if la.host is not None:
             la.host.signal(signal.SIGKILL)

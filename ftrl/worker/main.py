@@ -37,7 +37,7 @@ def handle_signals(agent: NodeAgent, stop: asyncio.Event) -> None:
 
 async def serve(opts: WorkerOptions, security: Security, stop: asyncio.Event | None = None) -> None:
     agent = NodeAgent(opts, security)
-    check_bind(agent.address, agent.security, "this worker's actors")
+    check_bind(agent.node.address, agent.security, "this worker's actors")
     if stop is None:
         stop = asyncio.Event()
         handle_signals(agent, stop)

@@ -1,4 +1,5 @@
-"""`WorkerOptions`: what `ftrl worker` is told (its command line, as a dataclass)."""
+"""`WorkerOptions`: what `ftrl worker` is told (its command line, as a dataclass), and
+`NodeIdentity`: who the node is, as the coordinator and the actors are told."""
 
 from __future__ import annotations
 
@@ -25,3 +26,14 @@ class WorkerOptions:
     connect_timeout_s: float = 120.0  # give up when the first registration fails this long
     log_max_bytes: int = 50 << 20  # an actor's log is rotated past this size
     log_backups: int = 3  # rotated files kept per actor
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """Who this node agent is (resolved from its options when it starts)."""
+
+    node_id: str
+    session_id: str  # this run of the agent: a restarted worker registers anew
+    address: str  # actors listen on it; the coordinator is told it
+    slots: int
+    resources: dict[str, float]

@@ -220,24 +220,24 @@ async def test_stop_actor_with_drain_runs_the_hook_and_reports_stopped(tmp_path)
         for i, name in enumerate(markers):
             spec = pb.ActorSpec(name=f"u/{name}", class_path=DRAINABLE, max_restarts=-1,
                                 kwargs=codec.encode({"marker": str(markers[name])}))
-            agent._on_start(pb.StartActor(spec=spec, incarnation=1 + i, local_until=10))
+            agent.lifecycle.on_start(pb.StartActor(spec=spec, incarnation=1 + i, local_until=10))
         spec = pb.ActorSpec(name="u/counter", class_path=COUNTER)
-        agent._on_start(pb.StartActor(spec=spec, incarnation=1, local_until=10))
-        await _until(lambda: all(la.state == "alive" for la in agent.actors.values())
-                     and len(agent.actors) == 3, 60, "three actors alive")
-        agent._reports.clear()
-        agent._on_stop(pb.StopActor(name="u/drained", incarnation=1, reason="node spot-0 drains",
+        agent.lifecycle.on_start(pb.StartActor(spec=spec, incarnation=1, local_until=10))
+        await _until(lambda: all(la.state == "alive" for la in agent.lifecycle.actors.values())
+                     and len(agent.lifecycle.actors) == 3, 60, "three actors alive")
+        agent.outbox.reports.clear()
+        agent.lifecycle.on_stop(pb.StopActor(name="u/drained", incarnation=1, reason="node spot-0 drains",
                                     drain=True))
-        agent._on_stop(pb.StopActor(name="u/plain", incarnation=2, reason="killed by the user"))
-        agent._on_stop(pb.StopActor(name="u/counter", incarnation=1, reason="moving", drain=True))
-        await _until(lambda: not agent.actors, 30, "the actors to stop")
-        stopped = {r.name: r for r in agent._reports if r.kind == pb.REPORT_STOPPED}
+        agent.lifecycle.on_stop(pb.StopActor(name="u/plain", incarnation=2, reason="killed by the user"))
+        agent.lifecycle.on_stop(pb.StopActor(name="u/counter", incarnation=1, reason="moving", drain=True))
+        await _until(lambda: not agent.lifecycle.actors, 30, "the actors to stop")
+        stopped = {r.name: r for r in agent.outbox.reports if r.kind == pb.REPORT_STOPPED}
         assert stopped["u/drained"].reason == "drained: node spot-0 drains"
         assert stopped["u/counter"].reason == "drained: moving"
         assert stopped["u/plain"].reason == "killed by the user"
         assert markers["drained"].read_text().split()[:2] == ["u/drained", "1"]
         assert not markers["plain"].exists() and not (tmp_path / "plain.started").exists()
-        assert not any(r.kind == pb.REPORT_EXITED for r in agent._reports)
+        assert not any(r.kind == pb.REPORT_EXITED for r in agent.outbox.reports)
     finally:
         stop.set()
         await asyncio.wait_for(run, 30)
@@ -254,13 +254,14 @@ async def test_an_actor_that_ends_cleanly_while_its_node_drains_counts_as_draine
     try:
         spec = pb.ActorSpec(name="s/one", class_path=DRAINABLE, max_restarts=-1,
                             kwargs=codec.encode({"marker": str(marker)}))
-        agent._on_start(pb.StartActor(spec=spec, incarnation=1, local_until=10))
-        await _until(lambda: agent.actors.get("s/one") and agent.actors["s/one"].state == "alive",
+        agent.lifecycle.on_start(pb.StartActor(spec=spec, incarnation=1, local_until=10))
+        await _until(lambda: agent.lifecycle.actors.get("s/one") and agent.lifecycle.actors["s/one"].state == "alive",
                      60, "the actor alive")
-        agent.draining = "test"  # as drain() would, without draining the actors itself
-        os.kill(agent.actors["s/one"].pid, signal.SIGTERM)
-        await _until(lambda: not agent.actors, 30, "the actor to end")
-        [report] = [r for r in agent._reports if r.name == "s/one" and r.kind != pb.REPORT_STARTED]
+        # as drain() would, without draining the actors itself
+        agent.lifecycle.begin_drain("test", time.monotonic() + 60)
+        os.kill(agent.lifecycle.actors["s/one"].pid, signal.SIGTERM)
+        await _until(lambda: not agent.lifecycle.actors, 30, "the actor to end")
+        [report] = [r for r in agent.outbox.reports if r.name == "s/one" and r.kind != pb.REPORT_STARTED]
         assert report.kind == pb.REPORT_STOPPED, report
         assert report.reason.startswith("drained: exited with code 0"), report.reason
         assert marker.read_text().split()[:2] == ["s/one", "1"]

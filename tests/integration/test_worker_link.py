@@ -33,7 +33,7 @@ async def test_agent_survives_its_stream_being_closed_mid_write(tmp_path):
             server.servicer._close_stream("churn")  # what a re-register or a fence does
             await asyncio.sleep(0.01)
             assert not run.done(), run.exception() if run.done() else None
-        await _until(lambda: agent.connected.is_set() and "churn" in server.servicer.streams, 10,
+        await _until(lambda: agent.link.connected.is_set() and "churn" in server.servicer.streams, 10,
                      "a final reconnect")
         assert controller.nodes["churn"].connected
     finally:

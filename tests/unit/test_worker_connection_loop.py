@@ -1,56 +1,95 @@
 """The worker's coordinator link loop: it reconnects after a broken stream, and it ends
-when the worker stops (`NodeAgent._stop_tasks`, what `run()` does), even when the
-stream breaks at the same moment (Python's TaskGroup then raises the stream's error
-instead of the cancellation; an orphaned embedded worker once reconnected forever
-after SIGINT that way)."""
+when the worker stops (`CoordinatorLink.stop_reconnecting` then a cancel, what
+`NodeAgent.run()` does), even when the stream breaks at the same moment (Python's
+TaskGroup then raises the stream's error instead of the cancellation; an orphaned
+embedded worker once reconnected forever after SIGINT that way)."""
 
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
-from ftrl.worker.agent import NodeAgent
+from ftrl.wire import ftrl_pb2 as pb
+from ftrl.worker.lease import Lease
+from ftrl.worker.link import CoordinatorLink
+from ftrl.worker.options import NodeIdentity, WorkerOptions
+from ftrl.worker.outbox import Outbox
 
 
-class FakeAgent:
-    """What `NodeAgent._connection_loop` uses; each session is a TaskGroup whose stream
-    reader fails once `broken` is set, like the real session."""
+class NoActors:
+    """The node's actors as the link sees them: none."""
+
+    def count(self) -> int:
+        return 0
+
+    def running(self, epoch: int) -> list[pb.RunningActor]:
+        return []
+
+    def on_start(self, start: pb.StartActor) -> None:
+        raise AssertionError("no command expected")
+
+    def on_stop(self, stop: pb.StopActor, report: bool = True) -> None:
+        raise AssertionError("no command expected")
+
+
+class StoppedClock:
+    """An awake clock that does not move: the link's watchdog never times out."""
+
+    resumed_at = float("-inf")
+
+    def __call__(self) -> float:
+        return 0.0
+
+
+class Stream:
+    """A Connect stream whose reads fail once `broken` is set (or if it was set when the
+    stream opened), like a real one."""
+
+    def __init__(self, broken: asyncio.Event) -> None:
+        self.broken = broken
+        self.born_broken = broken.is_set()
+
+    async def write(self, msg: pb.NodeMessage) -> None:
+        pass
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> pb.CoordinatorMessage:
+        if not self.born_broken:
+            await self.broken.wait()
+        raise ConnectionError("coordinator closed the stream")
+
+    def cancel(self) -> None:
+        pass
+
+
+class Coordinator:
+    """The coordinator's stub: every registration succeeds; each session is counted."""
 
     def __init__(self) -> None:
-        self.opts = SimpleNamespace(connect_timeout_s=120.0, coordinator="127.0.0.1:1")
-        self.connected = asyncio.Event()
-        self._stop = asyncio.Event()
-        self._fatal = None
-        self._stopping = False
-        self.actors: dict = {}
         self.broken = asyncio.Event()
         self.sessions = 0
-        self.session_started = asyncio.Condition()
 
-    async def _register(self) -> object:
-        return object()
+    async def RegisterNode(self, req, timeout=None, metadata=None) -> pb.RegisterNodeReply:
+        return pb.RegisterNodeReply(node_epoch=1)
 
-    async def _session(self, reply: object) -> None:
-        async with self.session_started:
-            self.sessions += 1
-            self.session_started.notify_all()
-
-        async def reader() -> None:
-            await self.broken.wait()
-            raise ConnectionError("coordinator closed the stream")
-
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(reader())
-                tg.create_task(asyncio.sleep(3600))  # the heartbeat writer
-        except BaseExceptionGroup as eg:
-            raise ConnectionError(str(eg.exceptions[0])) from None
+    def Connect(self, metadata=None) -> Stream:
+        self.sessions += 1
+        return Stream(self.broken)
 
 
-async def _sessions(agent: FakeAgent, n: int) -> None:
+def make_link(coordinator: Coordinator, ended: list) -> CoordinatorLink:
+    node = NodeIdentity(node_id="n0", session_id="s0", address="127.0.0.1", slots=1, resources={})
+    return CoordinatorLink(node, WorkerOptions(coordinator="127.0.0.1:1"), coordinator, (), StoppedClock(),
+                           Lease(), Outbox(), NoActors(), on_heartbeat_timeout=lambda s: None,
+                           on_end=ended.append)
+
+
+async def _sessions(coordinator: Coordinator, n: int) -> None:
     """Wait (at most 10 s) until the loop has started its n-th session."""
-    async with agent.session_started:
-        await asyncio.wait_for(agent.session_started.wait_for(lambda: agent.sessions >= n), 10.0)
+    async with asyncio.timeout(10.0):
+        while coordinator.sessions < n:  # noqa: ASYNC110 (polls the fake's count)
+            await asyncio.sleep(0.005)
 
 
 async def _ends_within(task: asyncio.Task, seconds: float) -> bool:
@@ -60,36 +99,42 @@ async def _ends_within(task: asyncio.Task, seconds: float) -> bool:
 
 def test_a_stop_while_the_stream_breaks_ends_the_loop():
     async def scenario() -> None:
-        agent = FakeAgent()
-        task = asyncio.create_task(NodeAgent._connection_loop(agent))
-        await _sessions(agent, 1)
-        agent.broken.set()  # the coordinator dies ...
+        coordinator, ended = Coordinator(), []
+        link = make_link(coordinator, ended)
+        task = asyncio.create_task(link.run())
+        await _sessions(coordinator, 1)
+        coordinator.broken.set()  # the coordinator dies ...
         await asyncio.sleep(0)  # ... its stream's reader fails ...
-        NodeAgent._stop_tasks(agent, [task])  # ... as the worker is told to stop
+        link.stop_reconnecting()  # ... as the worker is told to stop
+        task.cancel()
         try:
             assert await _ends_within(task, 5.0), "the link loop went on reconnecting after the stop"
             assert task.cancelled()
         finally:
             task.cancel()
-        assert agent.sessions == 1
+        assert coordinator.sessions == 1
+        assert ended == []  # a stop, not the end of the agent by the link
 
     asyncio.run(scenario())
 
 
 def test_a_broken_stream_alone_reconnects_and_a_plain_stop_ends_the_loop():
     async def scenario() -> None:
-        agent = FakeAgent()
-        agent.broken.set()  # every session breaks at once: the loop keeps reconnecting
-        task = asyncio.create_task(NodeAgent._connection_loop(agent))
-        await _sessions(agent, 2)
+        coordinator, ended = Coordinator(), []
+        link = make_link(coordinator, ended)
+        coordinator.broken.set()  # every session breaks at once: the loop keeps reconnecting
+        task = asyncio.create_task(link.run())
+        await _sessions(coordinator, 2)
         assert not task.done()
-        agent.broken.clear()  # a session started from now on stays up until the stop
-        await _sessions(agent, agent.sessions + 1)
-        NodeAgent._stop_tasks(agent, [task])
+        coordinator.broken.clear()  # a session started from now on stays up until the stop
+        await _sessions(coordinator, coordinator.sessions + 1)
+        link.stop_reconnecting()
+        task.cancel()
         try:
             assert await _ends_within(task, 5.0)
             assert task.cancelled()
         finally:
             task.cancel()
+        assert ended == []
 
     asyncio.run(scenario())

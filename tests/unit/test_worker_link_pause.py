@@ -1,4 +1,4 @@
-"""The worker's coordinator-link watchdog and its own pauses (`NodeAgent._session`).
+"""The worker's coordinator-link watchdog and its own pauses (`CoordinatorLink._session`).
 
 Acks come every few heartbeats, so after a pause the silence before it plus the wait
 for the next ack can exceed the timeout although the link is fine: a pause of the
@@ -8,13 +8,15 @@ a dead link open for good. Driven by a fake clock and a fake stream (no sockets)
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 
 import pytest
 
 from ftrl.wire import ftrl_pb2 as pb
-from ftrl.worker.agent import NodeAgent
+from ftrl.worker.lease import Lease
+from ftrl.worker.link import CoordinatorLink
+from ftrl.worker.options import NodeIdentity, WorkerOptions
+from ftrl.worker.outbox import Outbox
 
 TIMEOUT = 5.0
 
@@ -57,19 +59,45 @@ class FakeCall:
         self.inbox.put_nowait(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=seq)))
 
 
-def agent(call: FakeCall, awake: FakeAwake) -> NodeAgent:
-    a = NodeAgent.__new__(NodeAgent)  # only what _session uses
-    a._stub = type("Stub", (), {"Connect": lambda self, metadata=None: call})()
-    a._md = ()
-    a._awake = awake
-    a.node_id, a.epoch, a.actors = "n0", 1, {}
-    a.hb_interval, a.hb_timeout = 0.02, TIMEOUT  # the watchdog looks every 10 ms
-    a.draining, a._drain_sent = "", False
-    a._reports, a._report_ready = collections.deque(), asyncio.Event()
-    a._hb_sent = a._hb_acked = 0
-    a.lease_until = 0.0
-    a.connected, a._stop = asyncio.Event(), asyncio.Event()
-    return a
+class NoActors:
+    """The node's actors as the link sees them: none."""
+
+    def count(self) -> int:
+        return 0
+
+    def running(self, epoch: int) -> list[pb.RunningActor]:
+        return []
+
+    def on_start(self, start: pb.StartActor) -> None:
+        raise AssertionError("no command expected")
+
+    def on_stop(self, stop: pb.StopActor, report: bool = True) -> None:
+        raise AssertionError("no command expected")
+
+
+class FakeStub:
+    """The coordinator's stub: a registration with fast heartbeats (the watchdog looks
+    every 10 ms), then `call` as the Connect stream."""
+
+    def __init__(self, call: FakeCall) -> None:
+        self.call = call
+
+    async def RegisterNode(self, req, timeout=None, metadata=None) -> pb.RegisterNodeReply:
+        return pb.RegisterNodeReply(node_epoch=1, heartbeat_interval_s=0.02, heartbeat_timeout_s=TIMEOUT)
+
+    def Connect(self, metadata=None) -> FakeCall:
+        return self.call
+
+
+async def start_session(call: FakeCall, awake: FakeAwake) -> asyncio.Task:
+    """A registered link's session on `call`, as a task."""
+    node = NodeIdentity(node_id="n0", session_id="s0", address="127.0.0.1", slots=1, resources={})
+    link = CoordinatorLink(node, WorkerOptions(coordinator="127.0.0.1:1"), FakeStub(call), (), awake,
+                           Lease(), Outbox(), NoActors(), on_heartbeat_timeout=lambda s: None,
+                           on_end=lambda e: None)
+    reply = await link._register()
+    assert link.hb_timeout == TIMEOUT
+    return asyncio.create_task(link._session(reply))
 
 
 async def _alive_after(session: asyncio.Task, seconds: float = 0.1) -> bool:
@@ -89,7 +117,7 @@ async def _link_error(session: asyncio.Task, why: str) -> BaseException | None:
 def test_a_pause_gives_the_link_a_fresh_timeout_once_per_ack():
     async def main() -> None:
         call, awake = FakeCall(), FakeAwake()
-        session = asyncio.create_task(agent(call, awake)._session(pb.RegisterNodeReply()))
+        session = await start_session(call, awake)
         await asyncio.sleep(0.05)
         awake.now = 4.0  # 4 s since the session began, no ack yet (acks every 3rd beat)
         assert await _alive_after(session)
@@ -110,7 +138,7 @@ def test_a_pause_gives_the_link_a_fresh_timeout_once_per_ack():
 def test_without_a_pause_silence_counts_from_the_last_ack():
     async def main() -> None:
         call, awake = FakeCall(), FakeAwake()
-        session = asyncio.create_task(agent(call, awake)._session(pb.RegisterNodeReply()))
+        session = await start_session(call, awake)
         await asyncio.sleep(0.05)
         call.ack_last()
         await asyncio.sleep(0.05)
