@@ -128,7 +128,7 @@ class TuneController:
         saved = state.get("counters", {})  # PBT's own counts live in the PBT state
         self.counters: dict[str, int] = {k: int(saved.get(k, 0)) for k in ("num_preemptions", "num_trial_failures")}
         self._wake = threading.Event()  # set by stop() and by every answer of an exploit call
-        self.exploits = self._exploits(state, set(spec.get("live_keys") or []))
+        self.exploits = self._population_exploits(state, set(spec.get("live_keys") or []))
         self.lost_nodes = LostNodeWatch()
         self._stopping: dict[str, StopCause] = {}  # trial id -> why the tuner stopped its job
         self._stop = threading.Event()
@@ -136,7 +136,7 @@ class TuneController:
         self._thread = threading.Thread(target=self._main, name="ftrl-tuner", daemon=True)
         self._thread.start()
 
-    def _exploits(self, state: dict[str, Any], live_keys: set[str]) -> Exploits | None:
+    def _population_exploits(self, state: dict[str, Any], live_keys: set[str]) -> Exploits | None:
         """PBT's population and its exploits (None with FIFO)."""
         scheduler = sched.scheduler_from_dict(state["scheduler"])
         if not isinstance(scheduler, sched.PopulationBasedTraining):
