@@ -70,6 +70,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ftrl.tune import report
+    from ftrl.tune.experiment import ExperimentStatus
     from ftrl.tune.tuner import RunConfig, Tuner, load_experiment_file
 
     path = Path(args.target)
@@ -120,6 +121,6 @@ def _run(args: argparse.Namespace) -> int:
     experiment = report.read_experiment(expdir)
     print(report.population_table(experiment, report.read_lineage(expdir)))
     print(f"experiment: {expdir}")
-    if results.status == "STOPPED":
+    if results.status == ExperimentStatus.STOPPED:
         return 130
-    return 0 if results.status == "FINISHED" else 1
+    return 0 if results.status == ExperimentStatus.FINISHED else 1

@@ -9,9 +9,10 @@ and population-based-training schedulers, and the experiment's files.
                run_config=tune.RunConfig(storage_path="ftrl_results", stop={"iteration": 50})).fit()
 
 Modules: search (spaces, variants), schedulers (FIFO, PBT as pure functions),
-experiment (experiment.json, lineage.jsonl), controller (the scheduler actor),
-tuner (Tuner, configs, results), report (status table, plot). Names load on first use:
-`import ftrl.tune` stays light and imports no torch.
+experiment (experiment.json, lineage.jsonl, statuses), controller (the scheduler actor,
+the loop composing its parts: placement, exploit, preemption, adoption, persistence,
+trial_jobs), tuner (Tuner, configs, results), report (status table, plot). Names load
+on first use: `import ftrl.tune` stays light and imports no torch.
 """
 
 from __future__ import annotations

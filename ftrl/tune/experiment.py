@@ -9,10 +9,11 @@ people).
       NAME-0/ NAME-1/ ...     one folder per trial: the trial's job output (metrics.jsonl,
                               checkpoints/, result.json) and pinned/ (donor checkpoints kept)
 
-Trial statuses are Ray Tune's: PENDING (waiting for room; a pre-empted or failed trial
-waits at the front of the queue), RUNNING, PAUSED (the experiment was stopped; resumes
-with it), TERMINATED (reached a stop criterion), ERROR (failed more than max_failures).
-Imports no torch.
+Trial statuses (`TrialStatus`) are Ray Tune's: PENDING (waiting for room; a pre-empted or
+failed trial waits at the front of the queue), RUNNING, PAUSED (the experiment was stopped;
+resumes with it), TERMINATED (reached a stop criterion), ERROR (failed more than
+max_failures). The experiment's own status is an `ExperimentStatus`. Both are `StrEnum`s:
+experiment.json holds their values, the same strings as ever. Imports no torch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,42 @@ ROW_ALIASES = {"training_iteration": "iteration", "timesteps_total": "env_steps_
                "num_env_steps_sampled": "env_steps_sampled", "time_total_s": "time_s"}
 #: stop-dict keys the trial's own driver checks (exact, at the iteration), by job [stop] name
 DRIVER_STOPS = {"iteration": "stop_iters", "env_steps_sampled": "stop_timesteps"}
+#: The experiment's scheduler actor (ftrl.tune.controller), by import path.
+TUNER_CLASS = "ftrl.tune.controller:TuneController"
+
+
+class TrialStatus(StrEnum):
+    """Where a trial is (Ray Tune's names)."""
+
+    PENDING = "PENDING"  # waiting for room (a pre-empted or failed one at the front of the queue)
+    RUNNING = "RUNNING"  # its job was submitted (or is followed) on the cluster
+    PAUSED = "PAUSED"  # the experiment was stopped with a checkpoint of it; a resume goes on
+    TERMINATED = "TERMINATED"  # a stop criterion ended it
+    ERROR = "ERROR"  # failed more than max_failures times, or its config does not start
+
+    @property
+    def ended(self) -> bool:
+        """Whether the trial is over for good (the experiment ends when every trial is)."""
+        return self in (TrialStatus.TERMINATED, TrialStatus.ERROR)
+
+
+class ExperimentStatus(StrEnum):
+    """Where the experiment is: PENDING until its tuner first runs, RUNNING, then FINISHED
+    (every trial TERMINATED or ERROR) or STOPPED (`stop()`: its trials PAUSED)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"  # never written by this version; a reader takes it as final
+
+    @property
+    def final(self) -> bool:
+        """Whether the experiment has ended (nothing runs for it any more)."""
+        return self in FINAL_EXPERIMENT_STATUSES
+
+
+FINAL_EXPERIMENT_STATUSES = frozenset({ExperimentStatus.FINISHED, ExperimentStatus.STOPPED, ExperimentStatus.FAILED})
 
 
 def row_key(key: str) -> str:
@@ -56,7 +94,7 @@ class Trial:
     config: dict[str, Any]  # the tuned keys' current values
     initial_config: dict[str, Any]
     output_dir: str
-    status: str = "PENDING"
+    status: TrialStatus = TrialStatus.PENDING
     last_result: dict[str, Any] = field(default_factory=dict)
     best_metric: float | None = None
     num_exploits: int = 0
@@ -69,11 +107,20 @@ class Trial:
     last_checkpoint: dict[str, Any] | None = None  # path, iteration, time (time_attr), saved_at
     resources: dict[str, float] = field(default_factory=lambda: {"cpu": 1.0})  # held while it runs
 
+    def __post_init__(self) -> None:
+        try:
+            self.status = TrialStatus(self.status)
+        except ValueError:
+            raise ConfigError(f"trial {self.trial_id!r} has an unknown status {self.status!r}; "
+                              f"statuses: {', '.join(TrialStatus)}") from None
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """JSON-able form (experiment.json's "trials" entries); the status as its string."""
+        return {**self.__dict__, "status": self.status.value}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        """The trial `to_dict` described (fields this version lacks are ignored)."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 

@@ -22,7 +22,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ftrl.tune.experiment import EXPERIMENT_FILE, FORMAT, LINEAGE_FILE, row_key
+from ftrl.tune.experiment import (
+    EXPERIMENT_FILE,
+    FINAL_EXPERIMENT_STATUSES,
+    FORMAT,
+    LINEAGE_FILE,
+    ExperimentStatus,
+    TrialStatus,
+    row_key,
+)
 from ftrl.util.files import atomic_write_bytes
 from ftrl.wire.errors import ConfigError
 
@@ -30,7 +38,6 @@ log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 DEFAULT_PLOT_NAME = "pbt.png"
-TERMINAL_EXPERIMENT_STATES = frozenset({"FINISHED", "STOPPED", "FAILED"})
 
 
 # --------------------------------------------------------------------------- reading
@@ -198,7 +205,7 @@ def experiment_summary(
         rows.append({
             "trial_id": tid,
             "index": t.get("index"),
-            "status": str(t.get("status") or "PENDING"),
+            "status": str(t.get("status") or TrialStatus.PENDING),
             "iteration": _int(last.get("iteration")),
             "env_steps": _int(last.get("env_steps_sampled")),
             "time_s": _num(last.get("time_s")),
@@ -216,10 +223,10 @@ def experiment_summary(
 
     started = _num(experiment.get("started_at"))
     updated = _num(experiment.get("updated_at"))
-    status = str(experiment.get("status") or "PENDING")
+    status = str(experiment.get("status") or ExperimentStatus.PENDING)
     elapsed = updated - started if started is not None and updated is not None else None
     since_update = None
-    if updated is not None and status not in TERMINAL_EXPERIMENT_STATES:
+    if updated is not None and status not in FINAL_EXPERIMENT_STATUSES:
         since_update = max(0.0, (time.time() if now is None else now) - updated)
     scheduler = experiment.get("scheduler") if isinstance(experiment.get("scheduler"), dict) else {}
     counters = experiment.get("counters") if isinstance(experiment.get("counters"), dict) else {}
@@ -544,14 +551,15 @@ def plot_experiment(
     lane = {tid: i for i, tid in enumerate(ids)}
     for tid in ids:
         y = lane[tid]
-        st = final.get(tid, {}).get("status", "PENDING")
-        tree.plot([0, end], [y, y], color=colors[tid], lw=3 if st != "PENDING" else 1,
-                  ls="-" if st != "PENDING" else ":", alpha=0.75, solid_capstyle="butt")
+        st = final.get(tid, {}).get("status", TrialStatus.PENDING)
+        waiting = st == TrialStatus.PENDING
+        tree.plot([0, end], [y, y], color=colors[tid], lw=1 if waiting else 3,
+                  ls=":" if waiting else "-", alpha=0.75, solid_capstyle="butt")
         v = final.get(tid, {}).get("metric")
         txt = " ".join(p for p in (_fmt_metric(v) if v is not None else "",
-                                   st if st not in ("RUNNING", "TERMINATED") else "") if p) or "-"
+                                   st if st not in (TrialStatus.RUNNING, TrialStatus.TERMINATED) else "") if p) or "-"
         tree.text(end * 1.02, y, txt, va="center", ha="left", fontsize=8, color=colors[tid])
-        if st == "ERROR":
+        if st == TrialStatus.ERROR:
             tree.plot([end], [y], marker="x", color="black", ms=8)
     for e, ex in zip(lineage, ev_x, strict=True):
         target, donor = str(e.get("target")), str(e.get("donor"))

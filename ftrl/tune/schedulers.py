@@ -7,9 +7,10 @@ running trial reports:
 1. `state.report(trial_id, score, time)`;
 2. `candidates = decide(trial_id, state, pbt)`: empty unless the trial is due for a
    perturbation and sits in the bottom quantile;
-3. `exploit(trial_id, candidates, state, pbt, get_checkpoint)` takes the first donor whose
-   checkpoint `checkpoint_usable` accepts and returns it with the explored config, and the
-   tuner restarts the trial from that checkpoint with that config.
+3. the exploit (ftrl.tune.exploit, the one donor loop) tries the candidates in turn:
+   a donor whose checkpoint `checkpoint_usable` refuses is passed over (`record_skip`);
+   the first usable one's checkpoint is loaded by the target in place with the donor's
+   config `explore`d (`record_exploit`).
 
 In `synch` mode the tuner waits until `synch_ready` before calling `decide` for every
 member, and changes no scores in between.
@@ -39,7 +40,6 @@ from ftrl.wire.errors import ConfigError
 
 __all__ = [
     "TIME_ATTRS",
-    "Exploit",
     "FIFOScheduler",
     "Member",
     "PBTState",
@@ -47,10 +47,11 @@ __all__ = [
     "checkpoint_usable",
     "decide",
     "donor_candidates",
-    "exploit",
     "explore",
     "quantiles",
     "ready",
+    "record_exploit",
+    "record_skip",
     "scheduler_from_dict",
     "synch_ready",
 ]
@@ -505,15 +506,6 @@ def decide(target_id: str, state: PBTState, pbt: PopulationBasedTraining) -> lis
     return candidates
 
 
-@dataclass
-class Exploit:
-    """The donor a target copies: its id, its checkpoint and the explored config."""
-
-    donor_id: str
-    checkpoint: dict[str, Any]
-    config: dict[str, Any]
-
-
 def record_skip(state: PBTState, target_id: str, donor_id: str, reason: str) -> None:
     """Count a donor passed over (its checkpoint missing, unreadable or over-age) and
     note why in the target's last decision."""
@@ -528,29 +520,3 @@ def record_exploit(state: PBTState, target_id: str, donor_id: str, config: Mappi
     target.num_exploits += 1
     state.num_exploits += 1
     state.last_decision.setdefault(target_id, {})["donor"] = donor_id
-
-
-def exploit(target_id: str, candidates: list[str], state: PBTState,
-            pbt: PopulationBasedTraining,
-            get_checkpoint: Callable[[str], Mapping[str, Any] | None]) -> Exploit | None:
-    """Take the first candidate whose checkpoint is usable and explore its config: the
-    synchronous form of what the tuner does (ftrl.tune.controller asks donors and
-    targets beside its loop, with the same record_* steps).
-
-    Skipped donors are counted and noted with their reason in `state.last_decision`.
-    The target keeps its own time (an exploit in place: its counters go on). None
-    (counted in `num_no_donor`) if no donor is usable.
-    """
-    for donor_id in candidates:
-        donor = state.members.get(donor_id)
-        checkpoint = get_checkpoint(donor_id) if donor is not None else None
-        reason = "missing" if donor is None else checkpoint_usable(checkpoint, donor, pbt)
-        if reason is not None:
-            record_skip(state, target_id, donor_id, reason)
-            continue
-        new_config = explore(donor.config, pbt, state.rng)
-        record_exploit(state, target_id, donor_id, new_config)
-        return Exploit(donor_id, dict(checkpoint), new_config)
-    if candidates:
-        state.num_no_donor += 1
-    return None

@@ -35,11 +35,14 @@ from typing import Any
 
 from ftrl.tune import schedulers as sched
 from ftrl.tune import search
-from ftrl.tune.controller import TUNER_CLASS
 from ftrl.tune.experiment import (
     EXPERIMENT_FILE,
+    FINAL_EXPERIMENT_STATUSES,
     FORMAT,
+    TUNER_CLASS,
+    ExperimentStatus,
     Trial,
+    TrialStatus,
     read_state,
     row_key,
     write_state,
@@ -52,7 +55,6 @@ log = logging.getLogger(__name__)
 TUNER_MAX_RESTARTS = 20
 #: How long `fit()` keeps following a tuner it cannot reach before it gives up.
 FOLLOW_OUTAGE_S = 300.0
-FINAL = ("FINISHED", "STOPPED", "FAILED")
 _NAME_OK = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
 
 
@@ -95,7 +97,7 @@ class Result:
     """One trial's outcome (Ray Tune's Result)."""
 
     trial_id: str
-    status: str
+    status: TrialStatus
     config: dict[str, Any]
     metrics: dict[str, Any]
     path: str
@@ -110,7 +112,7 @@ class ResultGrid(Sequence[Result]):
     def __init__(self, experiment_path: str | Path):
         self.experiment_path = str(experiment_path)
         state = read_state(experiment_path)
-        self.status: str = state.get("status", "")
+        self.status = ExperimentStatus(state.get("status") or ExperimentStatus.PENDING)
         self.metric: str = state["metric"]
         self.mode: str = state["mode"]
         self.counters: dict[str, int] = dict(state.get("counters", {}))
@@ -127,15 +129,15 @@ class ResultGrid(Sequence[Result]):
 
     @property
     def errors(self) -> list[str]:
-        return [r.error for r in self._results if r.status == "ERROR" and r.error]
+        return [r.error for r in self._results if r.status == TrialStatus.ERROR and r.error]
 
     @property
     def num_errors(self) -> int:
-        return sum(r.status == "ERROR" for r in self._results)
+        return sum(r.status == TrialStatus.ERROR for r in self._results)
 
     @property
     def num_terminated(self) -> int:
-        return sum(r.status == "TERMINATED" for r in self._results)
+        return sum(r.status == TrialStatus.TERMINATED for r in self._results)
 
     def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last") -> Result:
         """The trial with the best `metric` (default: the experiment's), `scope` "last"
@@ -161,7 +163,7 @@ class ResultGrid(Sequence[Result]):
 
 def _result(t: dict[str, Any]) -> Result:
     ckpts = sorted((Path(t["output_dir"]) / "checkpoints").glob("checkpoint_*.ftrl"))
-    return Result(trial_id=t["trial_id"], status=t["status"], config=dict(t["config"]),
+    return Result(trial_id=t["trial_id"], status=TrialStatus(t["status"]), config=dict(t["config"]),
                   metrics=dict(t.get("last_result") or {}), path=t["output_dir"],
                   checkpoint=str(ckpts[-1]) if ckpts else None, error=t.get("error") or None,
                   best_metric=t.get("best_metric"))
@@ -244,7 +246,7 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
         trials[tid] = Trial(trial_id=tid, index=i, config=dict(variant), initial_config=dict(variant),
                             output_dir=str(expdir / tid), resources=trial_resources_of(cfg)).to_dict()
     return {
-        "format": FORMAT, "name": name, "status": "PENDING", "metric": metric, "mode": mode,
+        "format": FORMAT, "name": name, "status": ExperimentStatus.PENDING, "metric": metric, "mode": mode,
         "time_attr": getattr(scheduler, "time_attr", "iteration"), "scheduler": scheduler.to_dict(),
         "param_keys": list(space), "trials": trials,
         "spec": {"base_job": job_to_dict(spec), "param_space": search.param_space_to_wire(space),
@@ -302,7 +304,7 @@ class Tuner:
             self.experiment_path.mkdir(parents=True, exist_ok=True)
             write_state(self.experiment_path, self._state)
             self._fresh = False
-        elif self._state.get("status") == "FINISHED":
+        elif self._state.get("status") == ExperimentStatus.FINISHED:
             return self.get_results()
         if self.client is not None:
             self._run(self.client)
@@ -351,7 +353,7 @@ class Tuner:
                 client.kill_actor(tuner_name, "experiment ended")
             except FtrlError as e:
                 log.info("the tuner actor of %s: %s", self.name, e)
-        if status.get("error") and status.get("status") not in FINAL:
+        if status.get("error") and status.get("status") not in FINAL_EXPERIMENT_STATUSES:
             raise FtrlError(f"the tuner of {self.name} failed: {status['error'].splitlines()[0]}")
 
     def _follow(self, handle: Any) -> dict[str, Any]:
@@ -377,7 +379,7 @@ class Tuner:
             if self.run_config.verbose and time.monotonic() - last_line >= 2.0:
                 print(progress_line(status), file=sys.stderr, flush=True)
                 last_line = time.monotonic()
-            if status.get("done") and status.get("status") in FINAL:
+            if status.get("done") and status.get("status") in FINAL_EXPERIMENT_STATUSES:
                 if self.run_config.verbose:
                     print(progress_line(status), file=sys.stderr, flush=True)
                 return status

@@ -1,4 +1,5 @@
-"""ftrl.tune.schedulers: FIFO and PBT's pure rules, and PBT on a toy population."""
+"""ftrl.tune.schedulers: FIFO and PBT's pure rules (the exploit that uses them, and PBT on a
+toy population, are tests/unit/tune/test_exploit.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from ftrl.tune.schedulers import (
     checkpoint_usable,
     decide,
     donor_candidates,
-    exploit,
     explore,
     quantiles,
     ready,
+    record_exploit,
+    record_skip,
     scheduler_from_dict,
     synch_ready,
 )
@@ -427,7 +429,7 @@ def test_synch_ready():
     assert not synch_ready([], p)
 
 
-# --------------------------------------------------------------------------- state, decide, exploit
+# --------------------------------------------------------------------------- state, decide, bookkeeping
 
 
 def test_state_round_trip_restores_the_rng():
@@ -478,52 +480,6 @@ def test_decide():
         decide("zz", state, p)
 
 
-def _population(p: PopulationBasedTraining, seed: int) -> PBTState:
-    state = PBTState(rng=random.Random(seed))
-    for i, (s, lr) in enumerate([(1.0, 0.1), (2.0, 0.2), (3.0, 0.3), (4.0, 0.4)]):
-        state.report(f"t{i}", s, 20, {"lr": lr})
-    return state
-
-
-def test_stale_donor_is_skipped():
-    # quantile 0.5 of 4: bottom t0 t1, top t3 t2
-    p = pbt(perturbation_interval=10, quantile_fraction=0.5,
-            hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 0.4]}, resample_probability=0.0)
-    for seed in range(10):
-        state = _population(p, seed)
-        candidates = decide("t0", state, p)
-        assert sorted(candidates) == ["t2", "t3"]
-        stale, fresh = candidates
-        checkpoints = {stale: _ckpt(5), fresh: _ckpt(18)}
-        result = exploit("t0", candidates, state, p, checkpoints.get)
-        assert result is not None and result.donor_id == fresh
-        assert result.checkpoint == _ckpt(18)
-        lrs = [0.1, 0.2, 0.3, 0.4]
-        i = lrs.index(state.members[fresh].config["lr"])
-        assert result.config["lr"] in {lrs[i - 1], lrs[min(i + 1, 3)]}  # the donor's, explored
-        note = state.last_decision["t0"]
-        assert note["donor"] == fresh
-        assert note["skipped"] == {stale: "over-age: checkpoint at T=5 is 15 behind the donor's "
-                                          "result at T=20 (max_checkpoint_lag 10)"}
-        assert (state.num_donor_skips, state.num_exploits, state.num_no_donor) == (1, 1, 0)
-        target = state.members["t0"]
-        assert target.config == result.config and target.num_exploits == 1
-        assert target.time == target.last_perturbation_time == 20  # in place: its own time goes on
-
-
-def test_no_usable_donor():
-    p = pbt(perturbation_interval=10, quantile_fraction=0.5)
-    state = _population(p, 0)
-    candidates = decide("t1", state, p)
-    checkpoints = {"t2": None, "t3": _ckpt(20, error="truncated")}
-    assert exploit("t1", candidates, state, p, checkpoints.get) is None
-    assert state.last_decision["t1"]["skipped"] == {"t2": "missing", "t3": "unreadable"}
-    assert (state.num_donor_skips, state.num_exploits, state.num_no_donor) == (2, 0, 1)
-    assert state.members["t1"].config == {"lr": 0.2}
-    assert exploit("t1", [], state, p, checkpoints.get) is None
-    assert state.num_no_donor == 1  # nothing to try is not a missed donor
-
-
 def test_report():
     state = PBTState()
     m = state.report("a", 1.0, 3, {"lr": 0.1})
@@ -533,65 +489,15 @@ def test_report():
     assert state.members["a"] == Member("a", score=2.0, time=4, config={"lr": 0.1})
 
 
-# --------------------------------------------------------------------------- PBT on a toy problem
-# Tune's pbt_function idea, with no cluster: the best learning rate decays from 0.1 to 0.001
-# over the run, each step adds a gain that peaks at the optimum and turns negative for a
-# learning rate well above it, and a member's "weights" are its accumulated score.
-
-STEPS = 200
-INITIAL_LRS = [0.3, 0.1, 0.05, 0.02]
-FINAL_OPT = 0.001
-
-
-def _optimum(t: int) -> float:
-    return 0.1 * (FINAL_OPT / 0.1) ** (t / STEPS)
-
-
-def _gain(lr: float, t: int) -> float:
-    d = math.log10(lr / _optimum(t))
-    return math.exp(-d * d / (2 * 0.3**2)) - max(d, 0.0)
-
-
-def _run(seed: int, use_pbt: bool) -> tuple[float, float, PBTState]:
-    """The population's best final score, that member's lr, and the PBT state."""
-    p = PopulationBasedTraining(
-        perturbation_interval=5, hyperparam_mutations={"lr": loguniform(1e-4, 1.0)},
-        metric="score", mode="max", seed=seed)
-    p.validate({"lr"})
-    state = PBTState.for_scheduler(p)
-    weights = {f"t{i}": 0.0 for i in range(len(INITIAL_LRS))}
-    checkpoints: dict[str, dict] = {}
-    for tid, lr in zip(weights, INITIAL_LRS, strict=True):
-        state.report(tid, None, 0, {"lr": lr})
-    for t in range(1, STEPS + 1):
-        for tid, member in state.members.items():
-            weights[tid] += _gain(member.config["lr"], t)
-            state.report(tid, weights[tid], t)
-            checkpoints[tid] = {"path": tid, "time": t, "iteration": t, "weights": weights[tid]}
-        if not use_pbt or t == STEPS:
-            continue
-        for tid in state.members:
-            candidates = decide(tid, state, p)
-            chosen = exploit(tid, candidates, state, p, checkpoints.get)
-            if chosen is not None:
-                weights[tid] = chosen.checkpoint["weights"]
-    best = max(state.members, key=lambda tid: (weights[tid], tid))
-    return weights[best], state.members[best].config["lr"], state
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_pbt_tracks_a_moving_optimum(seed):
-    fixed_best, fixed_lr, _ = _run(seed, use_pbt=False)
-    assert fixed_lr in INITIAL_LRS
-    best, best_lr, state = _run(seed, use_pbt=True)
-    assert best > fixed_best + 40  # by far: every fixed lr ends far too high
-    assert state.num_exploits > 10 and state.num_donor_skips == 0
-    # the lr followed the optimum down: within a factor 5 of the final one, two decades
-    # below where the population started
-    assert abs(math.log10(best_lr / FINAL_OPT)) < math.log10(5)
-    assert abs(math.log10(best_lr / FINAL_OPT)) < 0.5 * abs(math.log10(best_lr / 0.1))
-
-
-def test_pbt_toy_run_is_deterministic():
-    a, b = _run(3, use_pbt=True), _run(3, use_pbt=True)
-    assert a[:2] == b[:2] and a[2].to_dict() == b[2].to_dict()
+def test_record_skip_and_exploit():
+    state = PBTState()
+    for i, s in enumerate([1.0, 2.0]):
+        state.report(f"t{i}", s, 10, {"lr": 0.1})
+    record_skip(state, "t0", "t1", "missing")  # no decision yet: one is started
+    assert state.last_decision["t0"] == {"skipped": {"t1": "missing"}}
+    config = {"lr": 0.2}
+    record_exploit(state, "t0", "t1", config)
+    config["lr"] = 9.0  # the member keeps its own copy
+    assert state.members["t0"].config == {"lr": 0.2} and state.members["t0"].num_exploits == 1
+    assert state.last_decision["t0"]["donor"] == "t1"
+    assert (state.num_donor_skips, state.num_exploits) == (1, 1)

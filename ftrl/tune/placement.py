@@ -1,0 +1,88 @@
+"""Which PENDING trials start now: pure functions over the cluster's views (the node and
+actor dicts `Client.nodes()` and `Client.actors()` return), tested without a cluster.
+
+A trial holds its resources (`Trial.resources`: its runners' and learners' CPUs and GPUs)
+whole while it runs, whether or not its actors exist yet. Room is what the ALIVE nodes
+have minus what other jobs' live actors hold and what this experiment's RUNNING trials
+hold. Trials start in queue order (those that ran before first: pre-empted, failed or
+paused ones go back to the front), while the front one fits and fewer than
+max_concurrent_trials run; the front of the queue waits for room, none jumps it.
+Imports no torch and no client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from ftrl.coordinator.records import ActorState, NodeState
+from ftrl.tune.experiment import Trial, TrialStatus
+
+#: The resource kinds a trial is placed by.
+RESOURCE_KINDS = ("cpu", "gpu")
+_EPS = 1e-9
+
+
+def trial_resources(trial: Trial) -> dict[str, float]:
+    """What a trial holds while it runs (computed once, from its config, by the Tuner)."""
+    return dict(trial.resources or {"cpu": 1.0})
+
+
+def start_order(trials: Iterable[Trial]) -> list[Trial]:
+    """The PENDING trials in the order they start: those that ran before first, then by
+    when they were queued, then by index."""
+    pending = (t for t in trials if t.status == TrialStatus.PENDING)
+    return sorted(pending, key=lambda t: (t.started_at is None, t.queued_at, t.index))
+
+
+def owner_of(actor_name: str) -> str:
+    """The job (a trial id, for a trial's actors) an actor belongs to: its name up to the first '/'."""
+    return actor_name.split("/", 1)[0]
+
+
+def free_resources(nodes: Mapping[str, Mapping[str, Any]], actors: Iterable[Mapping[str, Any]],
+                   trial_ids: Collection[str], running: Iterable[Trial]) -> dict[str, float]:
+    """CPUs and GPUs of the ALIVE nodes not used by other jobs' live actors nor held by
+    the `running` trials (counted whole). `trial_ids`: every trial of the experiment
+    (their actors are counted through `running` instead)."""
+    alive = {nid for nid, node in nodes.items() if node["state"] == NodeState.ALIVE}
+    free = dict.fromkeys(RESOURCE_KINDS, 0.0)
+    for nid in alive:
+        for key in free:
+            free[key] += float(nodes[nid].get("resources", {}).get(key, 0.0))
+    for actor in actors:
+        if owner_of(actor["name"]) in trial_ids or actor["state"] == ActorState.DEAD:
+            continue
+        if actor.get("node_id") not in alive:
+            continue
+        for key in free:
+            free[key] -= float((actor.get("resources") or {}).get(key, 0.0))
+    for trial in running:
+        for key, value in trial_resources(trial).items():
+            free[key] = free.get(key, 0.0) - value
+    return free
+
+
+def fits(need: Mapping[str, float], free: Mapping[str, float]) -> bool:
+    """Whether `need` fits in `free` (a kind `free` lacks has none)."""
+    return all(need.get(k, 0.0) <= free.get(k, 0.0) + _EPS for k in need)
+
+
+def to_start(queue: Iterable[Trial], free: Mapping[str, float], num_running: int,
+             max_concurrent: int | None) -> list[Trial]:
+    """The trials of `queue` (in `start_order`) that start now: the longest front of the
+    queue that fits in `free`, one after the other, while fewer than `max_concurrent`
+    (None or 0: no cap) run. The caller starts them in this order and stops at the first
+    that does not start."""
+    room = dict(free)
+    out: list[Trial] = []
+    for trial in queue:
+        if max_concurrent and num_running + len(out) >= int(max_concurrent):
+            break
+        need = trial_resources(trial)
+        if not fits(need, room):
+            break  # the front of the queue waits for room: none jumps it
+        for key, value in need.items():
+            room[key] = room.get(key, 0.0) - value
+        out.append(trial)
+    return out
