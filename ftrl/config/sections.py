@@ -126,7 +126,7 @@ class EnvRunnersConfig:
     )
     sample_timeout_s: float = option(
         60.0, "seconds a sampling round waits for the runners before going on without the late ones",
-        check=positive_float, change=_RUNNERS,
+        check=positive_float, change=rebuild(Part.ENV_RUNNERS, Part.EVAL_RUNNERS, Part.DRIVER),
     )
     env_step_timeout_s: float = option(
         60.0, "seconds without any env step while sampling (or building one sub-env) before a runner "
@@ -154,7 +154,7 @@ class EnvRunnersConfig:
     )
     max_weights_lag: int = option(
         0, "use fragments sampled with weights at most this many versions behind the learner (0: the current version only)",
-        check=non_negative_int, change=_RUNNERS,
+        check=non_negative_int, change=rebuild(Part.ENV_RUNNERS, Part.DRIVER),  # the exploit's version jump
     )
     weights_fanout: int = option(
         4, "children per node of the tree that broadcasts weights to the runners", check=positive_int,
