@@ -25,7 +25,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ftrl.config.fields import (
     NOT_SET,
@@ -34,6 +34,7 @@ from ftrl.config.fields import (
     keys_of,
     suggest,
 )
+from ftrl.config.keys import NEVER, KeyFacts
 from ftrl.config.sections import (
     CheckpointingConfig,
     DebuggingConfig,
@@ -72,6 +73,8 @@ class AlgorithmConfig:
     algo_name = "Algorithm"
     training_cls: type = TrainingConfig
     algorithm_path = ""
+    #: the facts of "algo" (`algo_name`), the one key of `to_dict()` that is no section field
+    algo_key_facts: ClassVar[KeyFacts] = KeyFacts(change=NEVER, mesh=True, fixed_on_resume=True)
 
     def __init__(self) -> None:
         self.environment_cfg = EnvironmentConfig()

@@ -2,9 +2,12 @@
 per-field checks, type checks from the annotations, `check_value`, `describe_section`,
 and `keys_of`, which gives a builder method its section's keys as its signature.
 
-One definition per field: a key is one dataclass field written with `option(...)`;
-everything else (builder signatures, TOML tables, to/from dict, `--set`, checks, the
-`python -m ftrl.config` listing) derives from it. Imports no torch.
+One definition per field: a key is one dataclass field written with `option(...)`,
+its facts (how it may change while a job trains, whether the learners of a mesh must
+agree on it, whether a resume may change it: ftrl/config/keys.py) included; everything
+else (builder signatures, TOML tables, to/from dict, `--set`, checks, the `python -m
+ftrl.config` listing, the live keys, the mesh's config hash, the resume check, every
+"did you mean" hint: `suggest`) derives from it. Imports no torch.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import field
 from typing import Any, TypeVar, Union
 
+from ftrl.config.keys import FACTS, Mutability, declared, section_facts
 from ftrl.wire.errors import ConfigError
 
 
@@ -115,24 +119,28 @@ def check_schedule(name: str, schedule: list | None) -> None:
         last = point[0]
 
 
-
-
-
-def option(default: Any, doc: str, *, check: Check | None = None, schema: type | None = None) -> Any:
-    """One config field: its default, a one-line doc and an optional per-field check.
+def option(default: Any, doc: str, *, check: Check | None = None, schema: type | None = None,
+           change: Mutability | None = None, mesh: bool | None = None, fixed_on_resume: bool | None = None,
+           schedules: str | None = None) -> Any:
+    """One config field: its default, a one-line doc, an optional per-field check, and
+    what the rest of ftrl must know about the key (ftrl/config/keys.py).
 
     `check(name, value)` runs on every non-None value (after the type check that the
     annotation implies) and raises ConfigError. `schema` names a dataclass whose fields
     are the allowed keys of a dict-valued field (as `model`). List and dict defaults are
     copied per instance (ruff's RUF009 cannot see that: hence its noqa on such fields).
+
+    The key's facts: `change` (LIVE, rebuild(Part...) or NEVER, the default: how it may
+    change while a job trains), `mesh` (the learners of one mesh must agree on it; default:
+    the section's `mesh_by_default`), `fixed_on_resume` (a resume may not change it) and
+    `schedules` (a schedule key: the live key it sets while it is set). A field that
+    redefines a base section's field keeps the facts it does not restate.
     """
-    metadata = {"doc": doc, "check": check, "schema": schema}
+    metadata = {"doc": doc, "check": check, "schema": schema,
+                FACTS: declared(change, mesh, fixed_on_resume, schedules)}
     if isinstance(default, (list, dict)):
         return field(default_factory=functools.partial(copy.deepcopy, default), metadata=metadata)
     return field(default=default, metadata=metadata)
-
-
-# --------------------------------------------------------------------------- sections
 
 
 # --------------------------------------------------------------------------- type checking
@@ -169,8 +177,10 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def suggest(key: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+def suggest(key: object, valid: Iterable[object]) -> str:
+    """"; did you mean 'x'?" naming the nearest of `valid` to `key` ("" when none is near):
+    the hint of every unknown config key, [tune] key, scheduler field or choice."""
+    close = difflib.get_close_matches(str(key), [str(v) for v in valid], n=1, cutoff=0.5)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
@@ -227,11 +237,15 @@ def _default_text(f: dataclasses.Field) -> str:
     return "required"
 
 
-def describe_section(cls: type, indent: str = "  ") -> list[str]:
-    """One line per key of `cls`: `name: type = default  doc`."""
+def describe_section(cls: type, indent: str = "  ", facts: bool = False) -> list[str]:
+    """One line per key of `cls`: `name: type = default  doc`, and with `facts` what may
+    change it (ftrl/config/keys.py's `KeyFacts.summary`) in brackets after the doc."""
     lines = []
+    key_facts = section_facts(cls) if facts else {}
     for key, (tp, f) in fields_of(cls).items():
-        lines.append(f"{indent}{key}: {_type_name(tp)} = {_default_text(f)}\n{indent}    {f.metadata.get('doc', '')}")
+        tag = f"  [{key_facts[key].summary()}]" if key in key_facts else ""
+        lines.append(f"{indent}{key}: {_type_name(tp)} = {_default_text(f)}\n{indent}    "
+                     f"{f.metadata.get('doc', '')}{tag}")
     return lines
 
 
@@ -261,6 +275,3 @@ def keys_of(section_cls: type) -> Callable[[_F], _F]:
         return fn
 
     return wrap
-
-
-# --------------------------------------------------------------------------- the config

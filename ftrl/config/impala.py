@@ -22,13 +22,15 @@ from ftrl.config.fields import (
     positive_int,
     unit_interval,
 )
+from ftrl.config.keys import LIVE, NEVER, Part, rebuild
 from ftrl.config.sections import TrainingConfig
 from ftrl.wire.errors import ConfigError
 
 
 @dataclass
 class IMPALATrainingConfig(TrainingConfig):
-    """IMPALA's hyperparameters, besides the shared lr, gamma, train_batch_size, grad_clip, model."""
+    """IMPALA's hyperparameters, besides the shared lr, gamma, train_batch_size, grad_clip, model
+    (lr, train_batch_size and grad_clip get other defaults here and keep their facts)."""
 
     lr: float = option(5e-4, "learning rate", check=positive_float)
     train_batch_size: int = option(
@@ -37,39 +39,49 @@ class IMPALATrainingConfig(TrainingConfig):
     grad_clip: float | None = option(40.0, "max global gradient norm (None: no clip)", check=positive_float)
     lr_schedule: list | None = option(  # noqa: RUF009
         None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",
-        check=check_schedule,
+        check=check_schedule, change=rebuild(Part.LEARNERS), schedules="lr",
     )
-    num_epochs: int = option(1, "passes over each train batch", check=positive_int)
+    num_epochs: int = option(1, "passes over each train batch", check=positive_int, change=LIVE)
     minibatch_size: int | None = option(
         None, "env steps per gradient step, in whole env columns of the batch (None: the whole batch)",
-        check=positive_int,
+        check=positive_int, change=LIVE,
     )
-    vtrace: bool = option(True, "V-trace off-policy correction (False: plain n-step returns, no importance weights)")
+    vtrace: bool = option(True, "V-trace off-policy correction (False: plain n-step returns, no importance weights)",
+                          change=LIVE)
     vtrace_clip_rho_threshold: float = option(1.0, "rho-bar: clip of the importance weights in the value targets",
-                                              check=positive_float)
+                                              check=positive_float, change=LIVE)
     vtrace_clip_pg_rho_threshold: float = option(1.0, "clip of the importance weights in the policy-gradient "
-                                                 "advantages", check=positive_float)
-    vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float)
-    entropy_coeff: float = option(0.01, "weight of the entropy bonus", check=non_negative_float)
+                                                 "advantages", check=positive_float, change=LIVE)
+    vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float, change=LIVE)
+    entropy_coeff: float = option(0.01, "weight of the entropy bonus", check=non_negative_float, change=LIVE)
+    # the learner thread's keys are the driver's: the learners never read them (mesh=False)
     learner_queue_size: int = option(
         3, "train batches waiting for the learner at most; runners wait when it is full (back-pressure)",
-        check=positive_int,
+        check=positive_int, change=rebuild(Part.LEARNER_THREAD), mesh=False,
     )
     broadcast_interval: int = option(
-        1, "learner updates between two weights broadcasts to the runners", check=positive_int
+        1, "learner updates between two weights broadcasts to the runners", check=positive_int,
+        change=rebuild(Part.LEARNER_THREAD), mesh=False,
     )
     max_policy_lag: int = option(
         20, "use a sample only if the learner moved at most this many updates past its weights "
         "(older ones are dropped and counted)", check=positive_int,
+        change=rebuild(Part.LEARNER_THREAD, Part.DRIVER), mesh=False,
     )
-    opt_type: str = option("adam", "optimizer: adam or rmsprop", check=one_of("adam", "rmsprop"))
-    decay: float = option(0.99, "rmsprop: decay of the squared-gradient average", check=unit_interval)
-    momentum: float = option(0.0, "rmsprop: momentum", check=unit_interval)
-    epsilon: float = option(1e-7, "optimizer epsilon (Adam's and RMSProp's)", check=positive_float)
+    opt_type: str = option(
+        "adam", "optimizer: adam or rmsprop", check=one_of("adam", "rmsprop"),
+        change=NEVER, fixed_on_resume=True,  # the optimizer state of one type does not load into the other
+    )
+    decay: float = option(0.99, "rmsprop: decay of the squared-gradient average", check=unit_interval,
+                          change=rebuild(Part.OPTIMIZER))
+    momentum: float = option(0.0, "rmsprop: momentum", check=unit_interval, change=rebuild(Part.OPTIMIZER))
+    epsilon: float = option(1e-7, "optimizer epsilon (Adam's and RMSProp's)", check=positive_float,
+                            change=rebuild(Part.OPTIMIZER))
     deterministic: bool = option(
         False, "a policy lag of exactly 1 (as Cleanba): every update learns on one fragment of each runner "
         "sampled with the weights before the last update, in runner order; a run reproduces bit for bit "
         "from its seed (as long as no runner fails)",
+        change=rebuild(Part.ENV_RUNNERS, Part.DRIVER), mesh=False,  # the driver's sampling pipeline
     )
 
 

@@ -120,11 +120,18 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def describe(algo: str = "PPO") -> str:
     """Every key of `algo`'s config and of a job's [stop] table, by section (the TOML
-    table and the builder method of the same name), with type, default and doc."""
-    lines = []
+    table and the builder method of the same name), with type, default, doc and, in
+    brackets, its facts (ftrl/config/keys.py): how it may change while a job trains,
+    whether a mesh's learners must agree on it, whether a resume may change it."""
+    lines = [
+        "[brackets]: live = changes in place while a job trains (PBT); rebuild PARTS = read when those parts "
+        "are built; never = fixed for a trial; sets KEY = a schedule of KEY; mesh = the learners of one mesh "
+        "must agree on it; fixed on resume = a resume must keep it",
+        f"algo = {config_class(algo).algo_name!r}  [{config_class(algo).algo_key_facts.summary()}]",
+    ]
     for section, cls in config_class(algo).section_classes().items():
         lines.append(f"[{section}]  {(cls.__doc__ or '').splitlines()[0]}")
-        lines.extend(describe_section(cls))
+        lines.extend(describe_section(cls, facts=True))
         for key, (_, f) in fields_of(cls).items():
             schema = f.metadata.get("schema")
             if schema is not None:

@@ -6,14 +6,16 @@ hyperparameters without restarting its runners or learners). Imports no torch.
     check_live_keys("PPO", ["lr"])         # ConfigError naming a key that cannot
     values = check_live(config, {"lr": 1e-4})   # checked values; changes nothing
 
-A key is live when the learners (or the driver) read it at every update: the loss
-coefficients, the discount, the clips, the epoch and minibatch loop, the learning rate
-(`set_lr` before each update). A key read once, at construction, is not: the model,
-the optimizer's type and epsilon (`adam_epsilon`, `opt_type`, `epsilon`, `decay`,
-`momentum`), `train_batch_size` (the runners' fragment lengths derive from it), the
-learner thread's queue, lag bound and broadcast interval, APPO's `kl_coeff` (the initial
-weight: the adapted one is learner state, taken with the checkpoint), the schedules,
-and every runner, env, learner-mesh and reporting key.
+A key is live when its field says so (`option(..., change=LIVE)`, ftrl/config/keys.py):
+the learners (or the driver) read it at every update: the loss coefficients, the
+discount, the clips, the epoch and minibatch loop, the learning rate (`set_lr` before
+each update). A key read once, when some part is built, is not (`change=rebuild(...)`:
+the optimizer's epsilon, decay and momentum, `train_batch_size`, the learner thread's
+queue, lag bound and broadcast interval, the schedules, every runner, learner-mesh and
+reporting key), nor is a key fixed for a trial (`change=NEVER`: the model, `opt_type`,
+APPO's `kl_coeff`, the initial weight whose adapted value is learner state). A schedule
+key names the live key it sets at every update (`schedules="lr"`): that key cannot
+change in place while its schedule is set.
 """
 
 from __future__ import annotations
@@ -21,38 +23,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ftrl.config.keys import live_keys_of, schedules_of
+from ftrl.config.registry import ALGORITHMS, config_class
 from ftrl.wire.errors import ConfigError
 
 if TYPE_CHECKING:
     from ftrl.config.builder import AlgorithmConfig
 
-_COMMON = frozenset({"lr", "gamma", "grad_clip"})
-
-#: algorithm name (upper case) -> its live keys
-LIVE_KEYS: dict[str, frozenset[str]] = {
-    "PPO": _COMMON | {"lambda_", "use_gae", "minibatch_size", "num_epochs", "clip_param", "vf_loss_coeff",
-                      "vf_clip_param", "entropy_coeff", "normalize_advantages"},
-    "IMPALA": _COMMON | {"num_epochs", "minibatch_size", "vtrace", "vtrace_clip_rho_threshold",
-                         "vtrace_clip_pg_rho_threshold", "vf_loss_coeff", "entropy_coeff"},
-}
-LIVE_KEYS["APPO"] = LIVE_KEYS["IMPALA"] | {"clip_param", "use_kl_loss", "kl_target", "target_network_update_freq",
-                                          "tau"}
-
-#: a live key that a schedule overrides at every update while the schedule is set
-_SCHEDULED = {"lr": "lr_schedule", "clip_param": "clip_param_schedule"}
-
 
 def live_keys(algo: str) -> frozenset[str]:
     """The config keys of algorithm `algo` ("PPO", "ppo") that can change while it trains."""
-    keys = LIVE_KEYS.get(str(algo).upper())
-    if keys is None:
-        raise ConfigError(f"unknown algorithm {algo!r}; known: {sorted(LIVE_KEYS)}")
-    return keys
+    if str(algo).upper() not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {algo!r}; known: {sorted(ALGORITHMS)}")
+    return live_keys_of(config_class(algo))
 
 
 def check_live_keys(algo: str, keys: Iterable[str]) -> None:
     """ConfigError naming the first of `keys` that cannot change in place, with the live ones."""
-    live = live_keys(algo)
+    _refuse_fixed(algo, live_keys(algo), keys)
+
+
+def _refuse_fixed(algo: str, live: frozenset[str], keys: Iterable[str]) -> None:
     for key in keys:
         if key not in live:
             raise ConfigError(
@@ -68,12 +59,12 @@ def check_live(config: AlgorithmConfig, hyperparams: Mapping[str, Any]) -> dict[
     if not isinstance(hyperparams, Mapping):
         raise ConfigError(f"hyperparams must be a mapping of config keys to values, got "
                           f"{type(hyperparams).__name__}")
-    check_live_keys(config.algo_name, hyperparams)
+    _refuse_fixed(config.algo_name, live_keys_of(type(config)), hyperparams)  # its own class's keys
     trial = config.copy()
     trial.training(**hyperparams)  # each value against its field
     trial.validate()  # and against the other keys (e.g. minibatch_size <= train_batch_size)
     training = trial.training_cfg
-    for key, schedule in _SCHEDULED.items():
+    for key, schedule in schedules_of(type(training)).items():
         if key in hyperparams and getattr(training, schedule, None):
             raise ConfigError(f"{key} has no effect while {schedule} is set (the schedule sets it at every "
                               f"update); mutate a job without {schedule}")

@@ -18,6 +18,7 @@ from ftrl.config.fields import (
     positive_int,
     unit_interval,
 )
+from ftrl.config.keys import LIVE, Part, rebuild
 from ftrl.config.sections import TrainingConfig
 from ftrl.wire.errors import ConfigError
 
@@ -28,25 +29,24 @@ class PPOTrainingConfig(TrainingConfig):
 
     lr_schedule: list | None = option(  # noqa: RUF009
         None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",
-        check=check_schedule,
+        check=check_schedule, change=rebuild(Part.LEARNERS), schedules="lr",
     )
-    lambda_: float = option(0.95, "GAE lambda", check=unit_interval)
-    use_gae: bool = option(True, "generalized advantage estimation (else plain returns minus value)")
-    minibatch_size: int = option(128, "steps per SGD minibatch", check=positive_int)
-    num_epochs: int = option(10, "passes over each train batch", check=positive_int)
-    clip_param: float = option(0.2, "PPO policy ratio clip", check=positive_float)
+    lambda_: float = option(0.95, "GAE lambda", check=unit_interval, change=LIVE)
+    use_gae: bool = option(True, "generalized advantage estimation (else plain returns minus value)", change=LIVE)
+    minibatch_size: int = option(128, "steps per SGD minibatch", check=positive_int, change=LIVE)
+    num_epochs: int = option(10, "passes over each train batch", check=positive_int, change=LIVE)
+    clip_param: float = option(0.2, "PPO policy ratio clip", check=positive_float, change=LIVE)
     clip_param_schedule: list | None = option(  # noqa: RUF009
-        None, "[[env_step, clip_param], ...] like lr_schedule (None: constant)", check=check_schedule
+        None, "[[env_step, clip_param], ...] like lr_schedule (None: constant)", check=check_schedule,
+        change=rebuild(Part.LEARNERS), schedules="clip_param",
     )
-    vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float)
+    vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float, change=LIVE)
     vf_clip_param: float | None = option(
-        None, "clip of the value-function update (None: no clip)", check=positive_float
+        None, "clip of the value-function update (None: no clip)", check=positive_float, change=LIVE
     )
-    entropy_coeff: float = option(0.0, "weight of the entropy bonus", check=non_negative_float)
-    normalize_advantages: bool = option(True, "normalize advantages per minibatch")
-    adam_epsilon: float = option(1e-5, "Adam epsilon", check=positive_float)
-
-
+    entropy_coeff: float = option(0.0, "weight of the entropy bonus", check=non_negative_float, change=LIVE)
+    normalize_advantages: bool = option(True, "normalize advantages per minibatch", change=LIVE)
+    adam_epsilon: float = option(1e-5, "Adam epsilon", check=positive_float, change=rebuild(Part.OPTIMIZER))
 
 
 class PPOConfig(AlgorithmConfig):
@@ -69,6 +69,3 @@ class PPOConfig(AlgorithmConfig):
                 f"minibatch_size ({t.minibatch_size}) must not exceed train_batch_size "
                 f"({t.train_batch_size})"
             )
-
-
-# --------------------------------------------------------------------------- helpers

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 from ftrl.config.fields import (
     non_negative_float,
@@ -20,6 +20,7 @@ from ftrl.config.fields import (
     suggest,
     unit_interval,
 )
+from ftrl.config.keys import LIVE, NEVER, Part, rebuild
 from ftrl.util.imports import split_import_path
 from ftrl.wire.errors import ConfigError
 
@@ -64,6 +65,15 @@ def _import_path(name: str, value: str) -> None:
 
 _EVAL_OVERRIDE_KEYS = ("explore", "env_config")
 
+#: read when the sampling runners (and their group) are built
+_RUNNERS = rebuild(Part.ENV_RUNNERS)
+#: read when any runner, sampling or evaluation (and its group), is built
+_ALL_RUNNERS = rebuild(Part.ENV_RUNNERS, Part.EVAL_RUNNERS)
+#: read by the driver's own loop, or when it is built
+_DRIVER = rebuild(Part.DRIVER)
+#: read when the learner actors and their mesh are built
+_MESH = rebuild(Part.LEARNER_MESH)
+
 
 def _eval_overrides(name: str, value: Mapping[str, Any]) -> None:
     for key in value:
@@ -82,9 +92,12 @@ class EnvironmentConfig:
     """What to run: a gymnasium id or an import path "pkg.mod:make_env"."""
 
     env: str | None = option(
-        None, 'gymnasium id ("CartPole-v1") or import path "pkg.mod:make_env" called with env_config'
+        None, 'gymnasium id ("CartPole-v1") or import path "pkg.mod:make_env" called with env_config',
+        change=NEVER, fixed_on_resume=True,
     )
-    env_config: dict = option({}, "keyword arguments for gymnasium.make, or the dict given to make_env")  # noqa: RUF009
+    env_config: dict = option(  # noqa: RUF009
+        {}, "keyword arguments for gymnasium.make, or the dict given to make_env", change=_ALL_RUNNERS
+    )
 
 
 @dataclass
@@ -92,57 +105,60 @@ class EnvRunnersConfig:
     """How samples are collected."""
 
     num_env_runners: int = option(
-        0, "remote env-runner actors (0: the driver samples itself)", check=non_negative_int
+        0, "remote env-runner actors (0: the driver samples itself)", check=non_negative_int,
+        change=_RUNNERS,  # `ftrl scale` adds or removes runners
     )
     num_envs_per_env_runner: int = option(
-        1, "sub-environments stepped together by each runner", check=positive_int
+        1, "sub-environments stepped together by each runner", check=positive_int, change=_ALL_RUNNERS
     )
     rollout_fragment_length: Union[int, str] = option(
         "auto",
         'steps per sub-env per sample() ("auto": the fragments of a round add up to train_batch_size)',
-        check=_fragment_length,
+        check=_fragment_length, change=_RUNNERS,
     )
     remote_worker_envs: bool = option(
-        False, "run each sub-env in its own child process (a crash or hang kills only that sub-env)"
+        False, "run each sub-env in its own child process (a crash or hang kills only that sub-env)",
+        change=_ALL_RUNNERS,
     )
     observation_filter: str = option(
         "NoFilter", "observation normalization: NoFilter or MeanStdFilter (running mean/std)",
-        check=one_of("NoFilter", "MeanStdFilter"),
+        check=one_of("NoFilter", "MeanStdFilter"), change=NEVER, fixed_on_resume=True,
     )
     sample_timeout_s: float = option(
         60.0, "seconds a sampling round waits for the runners before going on without the late ones",
-        check=positive_float,
+        check=positive_float, change=rebuild(Part.ENV_RUNNERS, Part.EVAL_RUNNERS, Part.DRIVER),
     )
     env_step_timeout_s: float = option(
         60.0, "seconds without any env step while sampling (or building one sub-env) before a runner "
         "actor is killed and restarted (a driver actor that samples itself: restarted, resumed)",
-        check=positive_float,
+        check=positive_float, change=_ALL_RUNNERS,
     )
     sample_busy_poll_s: float = option(
         0.01, "seconds a runner busy-polls (yielding its CPU) for its next sample request before it sleeps, "
         "while recent requests came that fast (0: never): spares waking an idle CPU each round, "
-        "costs at most this much CPU per round", check=non_negative_float,
+        "costs at most this much CPU per round", check=non_negative_float, change=_ALL_RUNNERS,
     )
     env_runner_health_probe_timeout_s: float = option(
-        30.0, "seconds a health probe of a runner may take", check=positive_float
+        30.0, "seconds a health probe of a runner may take", check=positive_float, change=_ALL_RUNNERS
     )
     validate_env_runners_after_construction: bool = option(
-        True, "probe every runner once it is created and fail early if none works"
+        True, "probe every runner once it is created and fail early if none works", change=_ALL_RUNNERS
     )
     num_cpus_per_env_runner: float = option(
-        1.0, "CPU slots each runner takes on a worker", check=non_negative_float
+        1.0, "CPU slots each runner takes on a worker", check=non_negative_float, change=_ALL_RUNNERS
     )
-    explore: bool = option(True, "sample actions (True) or take the most likely action (False)")
+    explore: bool = option(True, "sample actions (True) or take the most likely action (False)", change=_RUNNERS)
     inference_backend: str = option(
         "numpy", "the runners' policy forward pass: numpy (light) or torch",
-        check=one_of("numpy", "torch"),
+        check=one_of("numpy", "torch"), change=_ALL_RUNNERS,
     )
     max_weights_lag: int = option(
         0, "use fragments sampled with weights at most this many versions behind the learner (0: the current version only)",
-        check=non_negative_int,
+        check=non_negative_int, change=rebuild(Part.ENV_RUNNERS, Part.DRIVER),  # the exploit's version jump
     )
     weights_fanout: int = option(
-        4, "children per node of the tree that broadcasts weights to the runners", check=positive_int
+        4, "children per node of the tree that broadcasts weights to the runners", check=positive_int,
+        change=_ALL_RUNNERS,
     )
 
 
@@ -189,15 +205,28 @@ class ModelConfig:
 
 @dataclass
 class TrainingConfig:
-    """The training keys every algorithm has; an algorithm's own section extends it."""
+    """The training keys every algorithm has; an algorithm's own section extends it.
 
-    lr: float = option(3e-4, "learning rate", check=positive_float)
-    gamma: float = option(0.99, "discount factor", check=unit_interval)
-    train_batch_size: int = option(4000, "env steps per training iteration, at least (every fragment a round asked for is used)", check=positive_int)
-    grad_clip: float | None = option(
-        0.5, "max global gradient norm (None: no clip)", check=positive_float
+    The learners of one mesh must agree on every training key (`mesh_by_default`) unless
+    the key says `mesh=False`: a key added here or in a subclass is in the mesh's config
+    hash without any other edit."""
+
+    mesh_by_default: ClassVar[bool] = True
+
+    lr: float = option(3e-4, "learning rate", check=positive_float, change=LIVE)
+    gamma: float = option(0.99, "discount factor", check=unit_interval, change=LIVE)
+    train_batch_size: int = option(
+        4000, "env steps per training iteration, at least (every fragment a round asked for is used)",
+        check=positive_int, mesh=False,  # the driver's: it batches and splits; a learner gets its shard
+        change=rebuild(Part.ENV_RUNNERS, Part.DRIVER),  # "auto" fragment lengths derive from it
     )
-    model: dict = option({}, "network keys, over the defaults of ModelConfig", schema=ModelConfig)  # noqa: RUF009
+    grad_clip: float | None = option(
+        0.5, "max global gradient norm (None: no clip)", check=positive_float, change=LIVE
+    )
+    model: dict = option(  # noqa: RUF009
+        {}, "network keys, over the defaults of ModelConfig", schema=ModelConfig,
+        change=NEVER, fixed_on_resume=True,  # its shape: weights and optimizer state fit only it
+    )
 
 
 @dataclass
@@ -205,25 +234,27 @@ class FaultToleranceConfig:
     """What happens when env runners or sub-environments fail (RLlib's names)."""
 
     restart_failed_env_runners: bool = option(
-        True, "restart a failed runner and bring it back (exclusive with ignore_env_runner_failures)"
+        True, "restart a failed runner and bring it back (exclusive with ignore_env_runner_failures)",
+        change=_ALL_RUNNERS,
     )
     ignore_env_runner_failures: bool = option(
-        False, "drop a failed runner and train on with the rest"
+        False, "drop a failed runner and train on with the rest", change=_ALL_RUNNERS
     )
     max_num_env_runner_restarts: int = option(
-        1000, "restarts allowed per runner before it is dead", check=non_negative_int
+        1000, "restarts allowed per runner before it is dead", check=non_negative_int, change=_ALL_RUNNERS
     )
     num_consecutive_env_runner_failures_tolerance: int = option(
-        100, "failures in a row (no good sample between) before training fails", check=positive_int
+        100, "failures in a row (no good sample between) before training fails", check=positive_int,
+        change=_ALL_RUNNERS,
     )
     restart_failed_sub_environments: bool = option(
-        False, "rebuild a failed sub-env inside its runner instead of failing the runner"
+        False, "rebuild a failed sub-env inside its runner instead of failing the runner", change=_ALL_RUNNERS
     )
     max_num_sub_env_restart_attempts: int = option(
-        5, "attempts to rebuild one failed sub-env", check=positive_int
+        5, "attempts to rebuild one failed sub-env", check=positive_int, change=_ALL_RUNNERS
     )
     env_runner_restore_timeout_s: float = option(
-        60.0, "seconds to wait for a restarted runner to come back", check=positive_float
+        60.0, "seconds to wait for a restarted runner to come back", check=positive_float, change=_ALL_RUNNERS
     )
 
 
@@ -232,23 +263,27 @@ class EvaluationConfig:
     """Periodic evaluation on separate runners."""
 
     evaluation_interval: int | None = option(
-        None, "evaluate every this many iterations (None: never)", check=positive_int
+        None, "evaluate every this many iterations (None: never)", check=positive_int,
+        change=rebuild(Part.DRIVER, Part.EVAL_RUNNERS),  # None or not: whether there are evaluation runners
     )
     evaluation_num_env_runners: int = option(
-        0, "evaluation runners (0: evaluate in the driver)", check=non_negative_int
+        0, "evaluation runners (0: evaluate in the driver)", check=non_negative_int,
+        change=rebuild(Part.EVAL_RUNNERS),
     )
     evaluation_duration: int = option(
-        10, "how much to evaluate, in evaluation_duration_unit", check=positive_int
+        10, "how much to evaluate, in evaluation_duration_unit", check=positive_int, change=_DRIVER
     )
     evaluation_duration_unit: str = option(
         "episodes", "unit of evaluation_duration: episodes or timesteps",
-        check=one_of("episodes", "timesteps"),
+        check=one_of("episodes", "timesteps"), change=_DRIVER,
     )
     evaluation_sample_timeout_s: float = option(
-        120.0, "seconds an evaluation round waits for its runners", check=positive_float
+        120.0, "seconds an evaluation round waits for its runners", check=positive_float,
+        change=rebuild(Part.EVAL_RUNNERS),
     )
     evaluation_config: dict = option(  # noqa: RUF009
-        {}, "overrides while evaluating; only explore and env_config", check=_eval_overrides
+        {}, "overrides while evaluating; only explore and env_config", check=_eval_overrides,
+        change=rebuild(Part.EVAL_RUNNERS),
     )
 
 
@@ -257,18 +292,24 @@ class CheckpointingConfig:
     """Checkpoints under OUTPUT/checkpoints/."""
 
     checkpoint_interval: int = option(
-        10, "checkpoint every this many iterations (0: only at the end)", check=non_negative_int
+        10, "checkpoint every this many iterations (0: only at the end)", check=non_negative_int,
+        change=_DRIVER,
     )
-    keep_checkpoints: int = option(3, "newest checkpoints kept on disk", check=positive_int)
-    checkpoint_at_end: bool = option(True, "write a checkpoint when training stops")
+    keep_checkpoints: int = option(3, "newest checkpoints kept on disk", check=positive_int, change=_DRIVER)
+    checkpoint_at_end: bool = option(True, "write a checkpoint when training stops", change=_DRIVER)
 
 
 @dataclass
 class DebuggingConfig:
     """Seeds and logging."""
 
-    seed: int | None = option(None, "seed for everything; runner I uses seed + I (None: random)", check=_seed)
-    log_level: str = option("WARN", "log level of the algorithm's processes")
+    seed: int | None = option(
+        None, "seed for everything; runner I uses seed + I (None: random)", check=_seed,
+        change=NEVER,  # a trial's seed: read once by every part as it starts
+    )
+    log_level: str = option(
+        "WARN", "log level of the algorithm's processes", change=NEVER  # RLlib's key; nothing reads it yet
+    )
 
 
 @dataclass
@@ -277,28 +318,31 @@ class LearnersConfig:
     actors over torch.distributed (NCCL on GPUs, gloo on CPUs) that re-form on failure."""
 
     num_learners: int = option(
-        0, "learner actors (0: learn in the driver process)", check=non_negative_int
+        0, "learner actors (0: learn in the driver process)", check=non_negative_int,
+        change=_MESH,  # `ftrl scale` adds or removes learners
     )
     n_init_learners: int | None = option(
-        None, "learners that must join before training starts (None: all)"
+        None, "learners that must join before training starts (None: all)", change=_MESH
     )
     min_learners: int = option(
-        1, "training pauses while fewer learners are alive", check=positive_int
+        1, "training pauses while fewer learners are alive", check=positive_int, change=_MESH
     )
     num_cpus_per_learner: float = option(
-        1.0, "CPU slots each learner takes on a worker", check=non_negative_float
+        1.0, "CPU slots each learner takes on a worker", check=non_negative_float,
+        change=rebuild(Part.LEARNER_MESH, Part.DRIVER),  # the driver's torch threads when it learns itself
     )
     num_gpus_per_learner: float = option(
-        0.0, "GPUs each learner takes", check=non_negative_float
+        0.0, "GPUs each learner takes", check=non_negative_float,
+        change=_MESH, mesh=True,  # one backend per mesh: NCCL on GPUs, gloo on CPUs
     )
     learner_wait_timeout_s: float = option(
-        600.0, "seconds to wait below min_learners before failing", check=positive_float
+        600.0, "seconds to wait below min_learners before failing", check=positive_float, change=_MESH
     )
     learner_collective_timeout_s: float = option(
-        60.0, "a collective slower than this counts as a hang", check=positive_float
+        60.0, "a collective slower than this counts as a hang", check=positive_float, change=_MESH
     )
     max_num_learner_restarts: int = option(
-        1000, "restarts allowed per learner", check=non_negative_int
+        1000, "restarts allowed per learner", check=non_negative_int, change=_MESH
     )
 
 
@@ -307,15 +351,16 @@ class ReportingConfig:
     """Metrics."""
 
     metrics_num_episodes_for_smoothing: int = option(
-        100, "episodes in the episode_return_mean window", check=positive_int
+        100, "episodes in the episode_return_mean window", check=positive_int, change=_DRIVER
     )
     min_sample_timesteps_per_iteration: int = option(
         0, "repeat sampling and training until an iteration has this many env steps",
-        check=non_negative_int,
+        check=non_negative_int, change=_DRIVER,
     )
     min_time_s_per_iteration: float | None = option(
         None, "asynchronous algorithms (IMPALA, APPO): seconds an iteration (a reporting window) lasts "
         "at least (None: 1 s); PPO's iterations are its synchronous rounds", check=non_negative_float,
+        change=_DRIVER,
     )
 
 

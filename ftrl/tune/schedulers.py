@@ -22,7 +22,6 @@ them leave the domain) and rounded to the domain's grid (integers, multiples of 
 from __future__ import annotations
 
 import copy
-import difflib
 import importlib
 import math
 import random
@@ -30,6 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from ftrl.config.fields import suggest
 from ftrl.tune.search import (
     Domain,
     domain_from_spec,
@@ -78,9 +78,7 @@ def _check_fields(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
     args = {k: v for k, v in d.items() if k != "kind"}
     for key in args:
         if key not in names:
-            near = difflib.get_close_matches(key, list(names), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise ConfigError(f"{cls.__name__} has no field {key!r}{hint}")
+            raise ConfigError(f"{cls.__name__} has no field {key!r}{suggest(key, names)}")
     return args
 
 
@@ -213,9 +211,7 @@ class PopulationBasedTraining:
             raise ConfigError(f"hyperparam_mutations must be a table, got {self.hyperparam_mutations!r}")
         for key in self.hyperparam_mutations:
             if key not in valid_keys:
-                near = difflib.get_close_matches(str(key), list(valid_keys), n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else ""
-                raise ConfigError(f"hyperparam_mutations[{key!r}]: not a config key{hint}")
+                raise ConfigError(f"hyperparam_mutations[{key!r}]: not a config key{suggest(key, valid_keys)}")
         self.mutations()
         if not self.hyperparam_mutations and self.custom_explore_fn is None:
             raise ConfigError("PBT needs hyperparam_mutations or a custom_explore_fn to explore")

@@ -25,7 +25,6 @@ value to the domain's grid (integers, multiples of q) and clips it to the domain
 from __future__ import annotations
 
 import copy
-import difflib
 import itertools
 import math
 import random
@@ -33,6 +32,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
+from ftrl.config.fields import suggest
 from ftrl.wire.errors import ConfigError
 
 __all__ = [
@@ -490,9 +490,7 @@ def check_param_space(param_space: Mapping[str, Any], valid_keys: Collection[str
     if isinstance(param_space, Mapping):
         for key in param_space:
             if isinstance(key, str) and key not in valid_keys:
-                near = difflib.get_close_matches(key, list(valid_keys), n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else ""
-                raise ConfigError(f"param_space[{key!r}]: not a config key{hint}")
+                raise ConfigError(f"param_space[{key!r}]: not a config key{suggest(key, valid_keys)}")
     _normalize(param_space)
 
 

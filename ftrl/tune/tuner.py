@@ -416,9 +416,8 @@ def load_experiment_file(path: str | Path, storage_path: str | None = None) -> T
     [tune] table (name, storage_path, num_samples, metric, mode, max_concurrent_trials,
     seed, max_failures, [tune.stop], [tune.param_space], [tune.scheduler] with `kind`
     = "pbt" or "fifo" and the scheduler's knobs)."""
-    from difflib import get_close_matches
-
     from ftrl.config.builder import read_toml
+    from ftrl.config.fields import suggest
 
     raw = dict(read_toml(path))
     tune = raw.pop("tune", None)
@@ -426,8 +425,7 @@ def load_experiment_file(path: str | Path, storage_path: str | None = None) -> T
         raise ConfigError(f"{path}: an experiment file needs a [tune] table (param_space, scheduler, ...)")
     for key in tune:
         if key not in _TUNE_KEYS:
-            near = get_close_matches(key, _TUNE_KEYS, 1)
-            raise ConfigError(f"unknown key {key!r} in [tune]" + (f"; did you mean {near[0]!r}?" if near else ""))
+            raise ConfigError(f"unknown key {key!r} in [tune]{suggest(key, _TUNE_KEYS)}")
     scheduler_table = dict(tune.get("scheduler") or {"kind": "fifo"})
     scheduler_table.setdefault("kind", "pbt")
     scheduler = sched.scheduler_from_dict(scheduler_table)

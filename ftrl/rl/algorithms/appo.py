@@ -58,9 +58,6 @@ class APPOLearner(IMPALALearner):
     """IMPALA's learner with a target network (part of the state a mesh broadcasts and a
     checkpoint holds) and the adaptive KL coefficient."""
 
-    mesh_config_keys = (*IMPALALearner.mesh_config_keys, "clip_param", "use_kl_loss", "kl_coeff", "kl_target",
-                        "target_network_update_freq", "tau")
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.target_model = copy.deepcopy(self.model)

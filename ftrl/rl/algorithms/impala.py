@@ -196,10 +196,6 @@ def vtrace_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, target_
 class IMPALALearner(Learner):
     """One gradient step per train batch (this rank's shard of it in a mesh)."""
 
-    mesh_config_keys = ("algo", "model", "lr", "lr_schedule", "gamma", "grad_clip", "vtrace",
-                        "vtrace_clip_rho_threshold", "vtrace_clip_pg_rho_threshold", "vf_loss_coeff",
-                        "entropy_coeff", "num_epochs", "minibatch_size", "opt_type", "decay", "momentum",
-                        "epsilon", "num_gpus_per_learner")
     rank_invariant_stats = ("grad_norm", "lr", "num_sgd_steps")
 
     def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam | FlatRMSProp:

@@ -149,10 +149,6 @@ def minibatches(n: int, minibatch_size: int, steps: int | None, rng: np.random.G
 class PPOLearner(Learner):
     """PPO's update on the generic Learner: GAE, then `num_epochs` of minibatch SGD."""
 
-    mesh_config_keys = ("algo", "model", "num_epochs", "minibatch_size", "clip_param", "clip_param_schedule",
-                        "vf_loss_coeff", "entropy_coeff", "grad_clip", "normalize_advantages", "adam_epsilon",
-                        "gamma", "lambda_", "use_gae", "vf_clip_param", "lr", "lr_schedule",
-                        "num_gpus_per_learner")
     rank_invariant_stats = ("grad_norm", "lr", "clip_param", "num_sgd_steps")
 
     def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam:

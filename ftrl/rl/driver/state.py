@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ftrl.config import AlgorithmConfig
-from ftrl.config.registry import config_from_dict
+from ftrl.config.keys import check_fixed_on_resume
 from ftrl.rl.driver.checkpoint import CheckpointManager
 from ftrl.rl.driver.state_writer import load_state_file
 from ftrl.rl.rng_state import global_rng_from_wire, global_rng_to_wire
@@ -72,8 +72,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
-#: Config keys a resumed run must share with its checkpoint.
-_FIXED_ON_RESUME = ("algo", "env", "observation_filter", "opt_type")
 #: Row keys that are counters a resumed run continues from (a row newer than its state).
 _ROW_RUNNER_COUNTERS = ("num_env_runner_restarts", "num_env_runner_failures", "num_sub_env_restarts",
                         "num_samples_late", "num_samples_dropped", "env_steps_dropped", "num_samples_lost")
@@ -155,23 +153,10 @@ def _set_driver_state(algo: Algorithm, state: dict[str, Any]) -> None:
 def check_resume_compatible(config: AlgorithmConfig, spec: SpaceSpec, state: dict[str, Any],
                             action: str = "resume") -> None:
     """Raise ConfigError if a run with `config` on spaces `spec` cannot continue from
-    checkpoint `state` (another env, algorithm, observation filter, optimizer type, model
-    shape or spaces). `action` names what is refused in the message."""
-    old = state.get("config") or {}
-    new = config.to_dict()
-    hint = "; use another --output directory" if action == "resume" else ""
-    for key in _FIXED_ON_RESUME:
-        if str(old.get(key)) != str(new.get(key)):
-            raise ConfigError(
-                f"cannot {action}: the checkpoint was made with {key}={old.get(key)!r}, this "
-                f"run has {key}={new.get(key)!r}{hint}"
-            )
-    old_model = config_from_dict(old).model_config if old else None
-    if old_model is not None and old_model != config.model_config:
-        raise ConfigError(
-            f"cannot {action}: the checkpoint's model {old_model} differs from this run's "
-            f"{config.model_config}"
-        )
+    checkpoint `state`: a key declared `fixed_on_resume` differs (the algorithm, env,
+    observation filter, optimizer type, model shape: ftrl/config/keys.py), or the spaces
+    do. `action` names what is refused in the message."""
+    check_fixed_on_resume(config, state.get("config") or {}, action)
     old_spec = SpaceSpec.from_dict(state["space_spec"])
     if old_spec != spec:
         raise ConfigError(f"cannot {action}: the checkpoint's spaces {old_spec} differ from the env's {spec}")

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from ftrl.config import AlgorithmConfig
+from ftrl.config.keys import mesh_values
 from ftrl.config.registry import config_from_dict
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.shards import split_fragments
@@ -70,10 +71,6 @@ def scheduled(value: float, schedule: list | None, env_steps: int) -> float:
 
 class Learner:
     """Owns the model and optimizer; subclasses turn sample fragments into gradient steps."""
-
-    #: Config keys every member of one learner mesh must share (hashed by the learner
-    #: group: a joiner with another value could not all-reduce with the rest).
-    mesh_config_keys: tuple[str, ...] = ("algo", "model", "lr", "gamma", "grad_clip", "num_gpus_per_learner")
 
     def __init__(self, config: dict | AlgorithmConfig, space_spec: dict | SpaceSpec, seed: int | None = None,
                  set_torch_threads: bool = False, device: torch.device | str = "cpu"):
@@ -123,11 +120,13 @@ class Learner:
         return split_fragments(list(fragments), num_members), {}
 
     @classmethod
-    def mesh_config_hash(cls, config: dict, space_spec: dict) -> str:
-        """What members of one mesh must share: the spaces and the `mesh_config_keys` of
-        the config (a member with another model shape could not all-reduce; one backend
-        per mesh, so num_gpus_per_learner too)."""
-        data = {"config": {k: config.get(k) for k in cls.mesh_config_keys}, "space_spec": space_spec}
+    def mesh_config_hash(cls, config: dict | AlgorithmConfig, space_spec: dict) -> str:
+        """What members of one mesh must share, hashed (the learner group computes it once
+        and gives it to every member; the rendezvous refuses a joiner with another): the
+        spaces, and the keys whose fields say the learners must agree on them (`mesh`,
+        ftrl/config/keys.py: every training key unless it opts out, the algorithm, the
+        model, num_gpus_per_learner: one backend per mesh)."""
+        data = {"config": mesh_values(config_from_dict(config)), "space_spec": space_spec}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
     #: update results that are the same on every rank of a mesh (taken from one)

@@ -116,7 +116,7 @@ class LearnerGroup(ActorGroup):
         cfg_dict = config.to_dict()
         #: the algorithm's learner class: how an update is shared and its results merged
         self.learner_cls = import_class(learner_class)
-        self.config_hash = self.learner_cls.mesh_config_hash(cfg_dict, space_spec)
+        self.config_hash = self.learner_cls.mesh_config_hash(config, space_spec)
         kwargs = {"config": cfg_dict, "space_spec": space_spec, "group": f"{job_name}/learner",
                   "config_hash": self.config_hash, "learner_class": learner_class}
         resources = {"cpu": float(lrn.num_cpus_per_learner)}
