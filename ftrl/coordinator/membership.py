@@ -70,7 +70,9 @@ class Membership:
         coordinator_id: str,
         fence: Callable[[str], None],
     ) -> None:
-        """`fence(node_id)` closes the stream of a node's replaced or lost registration."""
+        """`fence(node_id)` closes the stream of a node's replaced or lost registration.
+        Every registration is told the coordinator's id and the failover's restart
+        policy (a worker's local restarts follow it)."""
         self._state = state
         self._placement = placement
         self._failover = failover
@@ -78,6 +80,7 @@ class Membership:
         self._send = send
         self._clock = clock
         self._coordinator_id = coordinator_id
+        self._policy = failover.policy
         self._fence = fence
         self._by_heartbeat: OrderedDict[str, None] = OrderedDict()  # oldest first
         self._awaited: set[str] = set()  # restored nodes not registered again yet
@@ -191,9 +194,9 @@ class Membership:
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
             stop=stops,
             coordinator_id=self._coordinator_id,
-            restart_backoff_base_s=self._failover.policy.backoff_base_s,
-            restart_backoff_cap_s=self._failover.policy.backoff_cap_s,
-            quick_crash_s=self._failover.policy.quick_crash_s,
+            restart_backoff_base_s=self._policy.backoff_base_s,
+            restart_backoff_cap_s=self._policy.backoff_cap_s,
+            quick_crash_s=self._policy.quick_crash_s,
         )
 
     def _reconcile(self, node: NodeRecord, running, was_lost: bool) -> list[pb.StopActor]:
