@@ -1,42 +1,105 @@
-"""Placement: which node an actor goes to, and when waiting actors are started
-(a part of Controller)."""
+"""Placement: which node an actor goes to (`choose_node`, a pure function of the nodes),
+and when the actors waiting to start are started there (`Placement`, the start queue).
+
+An actor waits (PENDING or RESTARTING) until its backoff has passed, a node has room,
+and, after a coordinator restart, the grace period for workers to come back has ended;
+then StartActor goes to its node and the resources are reserved there.
+"""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable
 
-from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord
+from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState
+from ftrl.coordinator.settings import Clock, Send
+from ftrl.coordinator.state import ClusterState
 from ftrl.wire import ftrl_pb2 as pb
 
-log = logging.getLogger("ftrl.coordinator.controller")
-E = pb.EventType
 #: How many incarnations a worker may use for local restarts before asking again.
 LOCAL_RESTART_RANGE = 1000
 
 
+def choose_node(nodes: Iterable[NodeRecord], need: dict[str, float]) -> NodeRecord | None:
+    """The node to start an actor that needs `need` on: of the schedulable nodes with
+    room, the one with the most free CPU, then the fewest actors (the first such one)."""
+    best: NodeRecord | None = None
+    best_key: tuple[float, int] | None = None
+    for node in nodes:
+        if not node.schedulable() or not node.fits(need):
+            continue
+        key = (-node.available().get("cpu", 0.0), len(node.actors))
+        if best_key is None or key < best_key:
+            best, best_key = node, key
+    return best
+
+
+def could_ever_fit(node: NodeRecord, need: dict[str, float]) -> bool:
+    """Whether `node` has that much of each resource at all (used or not)."""
+    return all(node.resources.get(k, 0.0) >= v for k, v in need.items() if v > 0)
+
+
 class Placement:
-    """Where and when actors start (a part of Controller)."""
+    """The actors waiting to start, and starting them when a node has room."""
 
-    def _choose_node(self, rec: ActorRecord) -> NodeRecord | None:
-        need = rec.resources
-        best: NodeRecord | None = None
-        best_key: tuple[float, int] | None = None
-        for node in self.nodes.values():
-            if not node.schedulable() or not node.fits(need):
+    def __init__(self, state: ClusterState, send: Send, clock: Clock) -> None:
+        self._state = state
+        self._send = send
+        self._clock = clock
+        self._waiting: set[str] = set()  # actors to start or place
+        self._dirty = False  # capacity changed since the last pump
+        self._wake_at = float("inf")  # when the next backoff of a waiting actor ends
+        self._grace_until = 0.0  # after a restart: nothing starts before this
+
+    def restore(self, grace_until: float) -> None:
+        """After the records were restored: reserve what each live actor holds on its
+        node, queue those waiting to start, and start nothing before `grace_until`."""
+        nodes = self._state.nodes
+        for rec in self._state.actors.values():
+            node = nodes.get(rec.node_id)
+            if rec.state == ActorState.DEAD:
                 continue
-            key = (-node.available().get("cpu", 0.0), len(node.actors))
-            if best_key is None or key < best_key:
-                best, best_key = node, key
-        return best
+            if node is not None and node.state != NodeState.LOST:
+                node.reserve(rec.name, rec.resources)
+            if rec.state in (ActorState.PENDING, ActorState.RESTARTING):
+                self._waiting.add(rec.name)
+            elif rec.state == ActorState.STARTING and (node is None or node.state == NodeState.LOST):
+                rec.node_id = ""
+                rec.set_state(ActorState.PENDING)
+                self._waiting.add(rec.name)
+        self._grace_until = grace_until
+        self._wake_at = grace_until
 
-    def _capacity_changed(self) -> None:
+    def end_grace(self, now: float) -> None:
+        """Every restored node is back: no need to wait any longer."""
+        self._grace_until = now
+        self.capacity_changed()
+
+    def capacity_changed(self) -> None:
         """Resources were freed or nodes came or went: waiting actors may fit now."""
         self._dirty = True
 
-    def _pump(self) -> None:
+    def is_waiting(self, name: str) -> bool:
+        """Whether a start of `name` is queued (and not sent yet)."""
+        return name in self._waiting
+
+    def forget(self, name: str) -> None:
+        """`name` will not start again (it is DEAD)."""
+        self._waiting.discard(name)
+
+    def wait_for_start(self, rec: ActorRecord) -> None:
+        """Queue `rec` to be started (now, or after its backoff)."""
+        self._waiting.add(rec.name)
+        self._try_start(rec)
+
+    def pump_if_due(self, now: float) -> None:
+        """Pump if capacity changed since the last pump or a backoff has ended."""
+        if self._dirty or now >= self._wake_at:
+            self.pump()
+
+    def pump(self) -> None:
         """Start every waiting actor whose backoff has passed and that has a node.
 
-        Cheap when nothing can change: tick() runs it only after capacity changed or
+        Cheap when nothing can change: the tick runs it only after capacity changed or
         when a backoff ends, and one pump tries each resource shape that found no
         node only once (thousands of unplaceable actors cost one scan, not one each).
         """
@@ -44,10 +107,11 @@ class Placement:
         self._wake_at = float("inf")
         if not self._waiting:
             return
-        now = self.clock()
+        now = self._clock()
         no_room: set[tuple] = set()
+        actors = self._state.actors
         for name in sorted(self._waiting):
-            rec = self.actors.get(name)
+            rec = actors.get(name)
             if rec is None or rec.state not in (ActorState.PENDING, ActorState.RESTARTING):
                 self._waiting.discard(name)
                 continue
@@ -59,17 +123,18 @@ class Placement:
     def _try_start(self, rec: ActorRecord, no_room: set[tuple] | None = None) -> bool:
         """Send StartActor for a waiting actor if a node has room; True if sent."""
         start_at = max(rec.start_at, self._grace_until)
-        if start_at > self.clock():
+        if start_at > self._clock():
             self._wake_at = min(self._wake_at, start_at)
             return False
-        node = self.nodes.get(rec.node_id) if rec.node_id else None
+        nodes = self._state.nodes
+        node = nodes.get(rec.node_id) if rec.node_id else None
         if node is None or not node.schedulable() or rec.name not in node.actors:
             if node is not None:
                 node.release(rec.name, rec.resources)
             shape = tuple(sorted(rec.spec.resources.items()))
             if no_room is not None and shape in no_room:
                 return False
-            node = self._choose_node(rec)
+            node = choose_node(nodes.values(), rec.resources)
             if node is None:
                 if no_room is not None:
                     no_room.add(shape)
@@ -80,7 +145,7 @@ class Placement:
         msg = pb.CoordinatorMessage(start=pb.StartActor(
             spec=rec.spec, incarnation=rec.incarnation, restarts=rec.restarts,
             local_until=local_until))
-        if not self.send(node.node_id, msg):
+        if not self._send(node.node_id, msg):
             self._dirty = True  # retry on the next tick
             return False
         rec.node_epoch = node.epoch
@@ -88,23 +153,5 @@ class Placement:
         self._waiting.discard(rec.name)
         if rec.state == ActorState.PENDING:
             rec.set_state(ActorState.STARTING)
-        self._changed(rec)
+        self._state.actor_changed(rec)
         return True
-
-    def _wait_for_start(self, rec: ActorRecord) -> None:
-        """Queue `rec` to be started (now, or after its backoff)."""
-        self._waiting.add(rec.name)
-        self._try_start(rec)
-
-    def _move(self, rec: ActorRecord, why: str) -> None:
-        """Give `rec` a new incarnation on another node (not counted as a restart)."""
-        self._emit(E.EVENT_DIED, rec, message=why)
-        rec.incarnation = self._incarnation_elsewhere(rec)
-        rec.node_id, rec.address, rec.pid = "", "", 0
-        rec.start_at = 0.0
-        rec.set_state(ActorState.RESTARTING)
-        self._wait_for_start(rec)
-
-    @staticmethod
-    def _could_ever_fit(node: NodeRecord, need: dict[str, float]) -> bool:
-        return all(node.resources.get(k, 0.0) >= v for k, v in need.items() if v > 0)

@@ -1,116 +1,102 @@
-"""The cluster-state layer: every record change goes through it to the store.
+"""The cluster state: node and actor records, the event log, and their durable store.
 
-Records live in memory (the controller's dicts); methods marked `@durable` end by
-writing every record they changed in one transaction (`flush`), before the caller
-is answered. At start-up `_restore` loads an earlier coordinator's records.
+`ClusterState` owns the records and everything about writing them: which records
+changed since the last write (`flush` writes them all in one transaction, which the
+controller runs at the end of each call, before the caller is answered), the saved
+counters (the node registration epoch, the event sequence), and loading an earlier
+coordinator's records at start-up. Every change of an actor record goes through
+`actor_event` or `actor_changed`, which also tell the watchers the controller wired in
+(learner meshes, jobs, the server's waiters).
+
+The records themselves are plain data (ftrl.coordinator.records) that the other parts
+change in place; they tell this part which ones they changed.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import time
+from collections.abc import Callable
 
+from ftrl.coordinator.events import EventLog
 from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState
-from ftrl.coordinator.store import Batch
+from ftrl.coordinator.store import Batch, Loaded, MemoryStore, SQLiteStore
 from ftrl.wire import ftrl_pb2 as pb
-from ftrl.wire.errors import (
-    NotFoundError,
-    StaleIncarnationError,
-)
+from ftrl.wire.errors import NotFoundError, StaleIncarnationError
 
-log = logging.getLogger("ftrl.coordinator.controller")
 E = pb.EventType
-_DEDUP_KEYS = 100_000
-
-
-def durable(method):
-    """Write every record the call changed in one transaction before it returns (and so
-    before the caller is answered), also when it raised after changing something."""
-
-    @functools.wraps(method)
-    def wrapper(self: ClusterState, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self.flush()
-
-    return wrapper
+#: Watches actor records: `changed(record)` after any change, `died(record, message)`
+#: when an incarnation died (EVENT_DIED or EVENT_DEAD, before `changed`).
+ActorWatcher = Callable[[ActorRecord], None]
+DeathWatcher = Callable[[ActorRecord, str], None]
 
 
 class ClusterState:
-    """Records, events and their durable store (a part of Controller)."""
+    """Node and actor records, the event log, and their store (see the module docstring)."""
 
-    def _restore(self) -> bool:
-        """Load the records of an earlier coordinator on this state dir. Nodes wait up
-        to the grace period to register again with what they run; nothing is placed
-        until then, so an actor still running is adopted, not started twice."""
-        loaded = self.store.load()
-        if not any(loaded.tables.values()):
-            return False
-        now = self.clock()
-        grace = self.config.restart_grace_s
-        if grace is None:
-            grace = max(10.0, 2 * self.config.heartbeat_timeout_s)
-        meta = {k: int.from_bytes(v, "big") for k, v in loaded.meta.items()}
-        self._saved_meta = dict(meta)
-        self._last_epoch = meta.get("last_epoch", 0)
-        self.events.seq = meta.get("event_seq", 0)
-        for name, row in loaded.tables["actors"].items():
-            rec = ActorRecord.from_row(row)
-            self.actors[name] = rec
-        for node_id, row in loaded.tables["nodes"].items():
-            # a restored node counts as heard from at the end of the grace minus the
-            # timeout: it is declared LOST only if it has not come back by then
-            node = NodeRecord.from_row(node_id, row, now + grace - self.config.heartbeat_timeout_s)
-            self.nodes[node_id] = node
-            if node.state != NodeState.LOST:
-                self._by_heartbeat[node_id] = None
-        for rec in self.actors.values():
-            node = self.nodes.get(rec.node_id)
-            if rec.state == ActorState.DEAD:
-                continue
-            if node is not None and node.state != NodeState.LOST:
-                node.reserve(rec.name, rec.resources)
-            if rec.state in (ActorState.PENDING, ActorState.RESTARTING):
-                self._waiting.add(rec.name)
-            elif rec.state == ActorState.STARTING and (node is None or node.state == NodeState.LOST):
-                rec.node_id = ""
-                rec.set_state(ActorState.PENDING)
-                self._waiting.add(rec.name)
-        self._grace_until = now + grace
-        self._awaited = {n.node_id for n in self.nodes.values() if n.state != NodeState.LOST}
-        if not self._awaited:
-            self._grace_until = now  # no node to wait for
-        self._wake_at = self._grace_until
-        self.jobs.restore(loaded.tables["jobs"])
-        log.info("restored %d nodes, %d actors and %d jobs from the state store; waiting up to "
-                 "%.1fs for workers to re-register", len(self.nodes), len(self.actors),
-                 len(self.jobs.jobs), self._grace_until - now)
-        return True
+    def __init__(
+        self,
+        store: MemoryStore | SQLiteStore,
+        changed: ActorWatcher = lambda rec: None,
+        died: DeathWatcher = lambda rec, message: None,
+    ) -> None:
+        self.store = store
+        self.nodes: dict[str, NodeRecord] = {}
+        self.actors: dict[str, ActorRecord] = {}
+        self.events = EventLog()
+        self._changed = changed
+        self._died = died
+        self._dirty_actors: set[str] = set()
+        self._dirty_nodes: set[str] = set()
+        self._saved_meta: dict[str, int] = {}
+        self._last_epoch = 0
 
-    def flush(self) -> None:
-        """Commit every changed record in one transaction."""
-        batch = Batch()
-        for name in self._dirty_actors:
-            rec = self.actors.get(name)
-            batch.put("actors", name, rec.to_row() if rec is not None else None)
-        for node_id in self._dirty_nodes:
-            node = self.nodes.get(node_id)
-            batch.put("nodes", node_id, node.to_row() if node is not None else None)
-        self.jobs.collect(batch)
-        meta = {"last_epoch": self._last_epoch, "event_seq": self.events.seq}
-        for key, value in meta.items():
-            if self._saved_meta.get(key) != value:
-                batch.meta[key] = value.to_bytes(8, "big")
-        if not batch:
-            return
-        self.store.commit(batch)
-        self._saved_meta.update(meta)
-        self._dirty_actors.clear()
-        self._dirty_nodes.clear()
+    # ---------------------------------------------------------------- changes
 
-    def _next_epoch(self) -> int:
+    def actor_event(self, type_: int, rec: ActorRecord, message: str = "") -> None:
+        """Log an event of `rec` (as it is now) and note the record changed."""
+        self.events.emit(type_, rec.name, rec.node_id, rec.incarnation, message)
+        if type_ in (E.EVENT_DIED, E.EVENT_DEAD):
+            self._died(rec, message)
+        self.actor_changed(rec)
+
+    def node_event(self, type_: int, node_id: str, message: str = "") -> None:
+        """Log an event of a node and note its record changed."""
+        self._dirty_nodes.add(node_id)
+        self.events.emit(type_, node_id=node_id, message=message)
+
+    def actor_changed(self, rec: ActorRecord) -> None:
+        """`rec` changed: write it with the next flush and tell the watchers."""
+        self._dirty_actors.add(rec.name)
+        self._changed(rec)
+
+    def mark_actor(self, name: str) -> None:
+        """Write the record of `name` (or its deletion) with the next flush."""
+        self._dirty_actors.add(name)
+
+    def mark_node(self, node_id: str) -> None:
+        """Write the record of `node_id` (or its deletion) with the next flush."""
+        self._dirty_nodes.add(node_id)
+
+    def put_actor(self, rec: ActorRecord) -> None:
+        """Add (or replace) an actor record; its event marks it changed."""
+        self.actors[rec.name] = rec
+
+    def put_node(self, node: NodeRecord) -> None:
+        """Add (or replace) a node record."""
+        self.nodes[node.node_id] = node
+        self._dirty_nodes.add(node.node_id)
+
+    def forget_node(self, node_id: str) -> None:
+        del self.nodes[node_id]
+        self._dirty_nodes.add(node_id)
+
+    def forget_dead_actors(self) -> None:
+        """Drop the records of every DEAD actor (room for new ones)."""
+        for name in [n for n, r in self.actors.items() if r.state == ActorState.DEAD]:
+            del self.actors[name]
+            self._dirty_actors.add(name)
+
+    def next_epoch(self) -> int:
         """The next node registration epoch. With durable state the stored counter keeps
         it growing across restarts; without, the wall clock (ms) is the floor."""
         # The first epoch of a cluster starts at the wall clock (ms) so that epochs of
@@ -120,33 +106,9 @@ class ClusterState:
         self._last_epoch = max(self._last_epoch + 1, floor)
         return self._last_epoch
 
-    def _changed(self, rec: ActorRecord) -> None:
-        self._dirty_actors.add(rec.name)
-        self.meshes.actor_changed(rec.name)
-        self.jobs.actor_changed(rec)
-        self.on_actor_change(rec.name)
+    # ---------------------------------------------------------------- lookups
 
-    def _emit(self, type_: int, rec: ActorRecord | None = None, node_id: str = "", message: str = ""):
-        if rec is not None:
-            self.events.emit(type_, rec.name, rec.node_id, rec.incarnation, message)
-            if type_ in (E.EVENT_DIED, E.EVENT_DEAD):
-                self.meshes.actor_died(rec.name, rec.incarnation, message)
-            self._changed(rec)
-        else:
-            self._dirty_nodes.add(node_id)
-            self.events.emit(type_, node_id=node_id, message=message)
-
-    def _dedup(self, name: str, incarnation: int, kind: int) -> bool:
-        """True if this report was seen before (and so must be ignored)."""
-        key = (name, incarnation, kind)
-        if key in self._seen:
-            return True
-        self._seen[key] = None
-        while len(self._seen) > _DEDUP_KEYS:
-            self._seen.popitem(last=False)
-        return False
-
-    def node(self, node_id: str, epoch: int) -> NodeRecord:
+    def live_node(self, node_id: str, epoch: int) -> NodeRecord:
         """The node of a live registration; a stale epoch is refused (fencing)."""
         node = self.nodes.get(node_id)
         if node is None:
@@ -158,3 +120,44 @@ class ClusterState:
         if node.state == NodeState.LOST:
             raise StaleIncarnationError(f"node {node_id!r} was declared lost; register again")
         return node
+
+    # ---------------------------------------------------------------- the store
+
+    def flush(self, also: Callable[[Batch], None] = lambda batch: None) -> None:
+        """Commit every changed record, and what `also` adds to the batch (the jobs'
+        rows), in one transaction."""
+        batch = Batch()
+        for name in self._dirty_actors:
+            rec = self.actors.get(name)
+            batch.put("actors", name, rec.to_row() if rec is not None else None)
+        for node_id in self._dirty_nodes:
+            node = self.nodes.get(node_id)
+            batch.put("nodes", node_id, node.to_row() if node is not None else None)
+        also(batch)
+        meta = {"last_epoch": self._last_epoch, "event_seq": self.events.seq}
+        for key, value in meta.items():
+            if self._saved_meta.get(key) != value:
+                batch.meta[key] = value.to_bytes(8, "big")
+        if not batch:
+            return
+        self.store.commit(batch)
+        self._saved_meta.update(meta)
+        self._dirty_actors.clear()
+        self._dirty_nodes.clear()
+
+    def load(self) -> Loaded | None:
+        """What the store holds of an earlier coordinator; None if it holds nothing."""
+        loaded = self.store.load()
+        return loaded if any(loaded.tables.values()) else None
+
+    def restore(self, loaded: Loaded, heard_at: float) -> None:
+        """Take the records and counters of `loaded`. Restored nodes count as last heard
+        from at `heard_at` (their liveness is learned again)."""
+        meta = {k: int.from_bytes(v, "big") for k, v in loaded.meta.items()}
+        self._saved_meta = dict(meta)
+        self._last_epoch = meta.get("last_epoch", 0)
+        self.events.seq = meta.get("event_seq", 0)
+        for name, row in loaded.tables["actors"].items():
+            self.actors[name] = ActorRecord.from_row(row)
+        for node_id, row in loaded.tables["nodes"].items():
+            self.nodes[node_id] = NodeRecord.from_row(node_id, row, heard_at)

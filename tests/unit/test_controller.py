@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ftrl.coordinator import placement
 from ftrl.coordinator.controller import LOCAL_RESTART_RANGE, Controller, ControllerConfig
 from ftrl.coordinator.records import ActorState, NodeState
 from ftrl.wire import codec
@@ -880,21 +881,21 @@ def test_a_stop_that_cannot_be_sent_waits_for_the_node_to_connect():
     assert [(n, s.incarnation, s.reason) for n, s in h.stops("x")] == [("a", 1, "by test")]
 
 
-def test_unplaceable_actors_cost_one_scan_per_shape():
+def test_unplaceable_actors_cost_one_scan_per_shape(monkeypatch):
     h = Harness()
     h.register("a", cpu=1)
     for i in range(300):
         h.create(f"big-{i}", resources={"cpu": 8})
     calls = 0
-    choose = h.c._choose_node
+    choose = placement.choose_node
 
-    def counting(rec):
+    def counting(nodes, need):
         nonlocal calls
         calls += 1
-        return choose(rec)
+        return choose(nodes, need)
 
-    h.c._choose_node = counting
-    h.c._capacity_changed()
+    monkeypatch.setattr(placement, "choose_node", counting)
+    h.c.placement.capacity_changed()
     h.advance(0.1)  # one pump: 300 waiting actors of one shape
     assert calls == 1
     h.advance(0.1)  # nothing changed: no pump at all
