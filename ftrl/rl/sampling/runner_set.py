@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ftrl.config import AlgorithmConfig
 from ftrl.rl.actor_group import ActorGroup, ActorSlot, describe_error
 from ftrl.rl.sampling import runner_channels as channels
 from ftrl.rl.sampling.runner_slot import ENV_RUNNER_CLASS, EnvRunnerFailureError, RunnerSlot
@@ -73,7 +74,7 @@ class FailurePolicy:
     restore_timeout_s: float  # env_runner_restore_timeout_s: a restarted runner's wait
 
     @classmethod
-    def from_config(cls, config: Any) -> FailurePolicy:
+    def from_config(cls, config: AlgorithmConfig) -> FailurePolicy:
         """The policy an `AlgorithmConfig` asks for."""
         ft = config.fault_tolerance_cfg
         return cls(
