@@ -94,7 +94,8 @@ class EnvRunnerGroup:
         self.sampling = SampleRounds(
             self.runners, self.weights, self.ledger, self.leaving,
             sample_timeout_s=sample_timeout, probe_timeout_s=policy.probe_timeout_s,
-            default_fragment_steps=lambda: config.get_rollout_fragment_length() * run.num_envs_per_env_runner)
+            default_fragment_steps=lambda: (config.get_rollout_fragment_length()
+                                            * config.env_runners_cfg.num_envs_per_env_runner))
         self.evaluator = Evaluation(self.runners, self.ledger, timeout_s=sample_timeout)
         self.scaling = Scaling(self.runners, self.leaving, sample_timeout_s=sample_timeout,
                                latest_version=lambda: self.weights.latest_version)
