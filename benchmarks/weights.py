@@ -146,14 +146,14 @@ def _group(client: Any, n: int, fanout: int, probe_s: float):
 
 def broadcast(group: Any, weights: np.ndarray, version: int, fanout: int, plane: bool = True) -> tuple[float, dict]:
     group.weights_fanout = fanout
-    saved = group._plane
+    saved = group.weights.plane
     if not plane:
-        group._plane = None  # the gRPC path (1 MiB streamed chunks)
+        group.weights.plane = None  # the gRPC path (1 MiB streamed chunks)
     t0 = time.perf_counter()
     try:
         group.sync_weights(version, weights)
     finally:
-        group._plane = saved
+        group.weights.plane = saved
     dt = time.perf_counter() - t0
     stale = [s.name for s in group.slots if s.synced_version != version]
     if stale:

@@ -106,7 +106,7 @@ def test_restarted_runner_gets_weights_before_sampling(make_cluster):
     algo = config.build(client=client, job_name="resync")
     group = algo.env_runner_group
     seen: list[tuple[str, int, int, bool]] = []  # (runner, fragment's weights version, version when collected, dropped)
-    collect = group._collect
+    collect = group.sampling._collect
 
     def recording_collect(slot, out, current_version):
         before = len(out)
@@ -114,7 +114,7 @@ def test_restarted_runner_gets_weights_before_sampling(make_cluster):
         seen.extend((slot.name, int(r.get("weights_version", -1)), current_version, bool(r["dropped"])) for r in out[before:])
         return used
 
-    group._collect = recording_collect
+    group.sampling._collect = recording_collect
     try:
         for _ in range(3):
             algo.train()

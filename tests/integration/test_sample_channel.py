@@ -42,7 +42,7 @@ def test_runner_killed_during_a_channel_sample_is_recovered_on_a_new_channel(mak
     algo = _config().build(client=client, job_name=JOB)
     group = algo.env_runner_group
     sent: list[tuple[str, int]] = []  # (runner, incarnation of the channel) per channel sample
-    submit = group._submit_sample
+    submit = group.sampling._submit_sample
 
     def recording_submit(slot, method, kwargs):
         fut = submit(slot, method, kwargs)
@@ -50,7 +50,7 @@ def test_runner_killed_during_a_channel_sample_is_recovered_on_a_new_channel(mak
             sent.append((slot.name, slot.channel.incarnation))
         return fut
 
-    group._submit_sample = recording_submit
+    group.sampling._submit_sample = recording_submit
     try:
         algo.train()
         victim = group.slots[0]
@@ -60,7 +60,7 @@ def test_runner_killed_during_a_channel_sample_is_recovered_on_a_new_channel(mak
         assert (victim.name, old_incarnation) in sent
 
         # a sample in flight on the channel, then SIGKILL the runner while it steps
-        fut = group._submit_sample(victim, "sample", {})
+        fut = group.sampling._submit_sample(victim, "sample", {})
         pid = _pid(client, victim.name)
         threading.Event().wait(0.1)
         assert not fut.done(), "the sample finished before the kill"

@@ -128,10 +128,8 @@ def test_sub_env_socket_keeps_its_format_and_limit():
 
 
 def test_remote_sub_env_reports_oversize_and_eof_as_sub_env_errors():
-    env = sub_env.RemoteSubEnv.__new__(sub_env.RemoteSubEnv)
-    env.index, env.timeout_s, env._proc = 2, 1.0, None
     a, b = socket.socketpair()
-    env._sock = b
+    env = sub_env.RemoteSubEnv(2, b, timeout_s=1.0)  # no child process: `a` plays it
     with a, b:
         a.sendall(struct.pack("<I", (1 << 30) + 1))
         with pytest.raises(sub_env.SubEnvError, match=r"sub-environment 2: reply to step is \d+ bytes; too large"):

@@ -1,71 +1,49 @@
-"""EnvRunnerGroup: the fault-tolerance policy over remote env runner handles.
+"""EnvRunnerGroup: remote env runners, with the fault-tolerance policy, put together from parts.
 
-An `ActorGroup` (`rl.actor_group`: names, creation, strict handles, parallel calls,
-teardown) with RLlib's policy on top. The group never talks to the runtime except
-through handles (`call`, `submit`, `options(timeout=)`, `wait_alive`) and the client's
-`create_actor` / `kill_actor`. Its jobs live in their own modules, put together here:
+The group never talks to the runtime except through actor handles (`call`, `submit`,
+`options(timeout=)`, `wait_alive`) and the client's `create_actor` / `kill_actor`. Each
+part holds its own state and reads alone; the group builds them from the config, wires
+them through their constructors, and forwards its public API to them:
 
-- `runner_core`: slots, state, the failure policy and background recovery;
-- `sample_rounds`: `harvest()` (non-blocking) and `sample()` (a synchronous round);
-- `runner_eval`: `evaluate()`;
-- `runner_scale`: `scale()` / `apply_scale()`;
+- `runner_set.RunnerSet`: the runners (slots), their creation, the failure policy
+  (restart, ignore, or raise: RLlib's options), background recovery, restart and
+  failure counters;
+- `sample_ledger.SampleLedger`: every request's outcome (used, dropped for stale
+  weights, late, lost), counted once;
+- `runner_weights.RunnerWeights`: the latest weights, pushed down a broadcast tree, on
+  the weights plane, or directly (`ftrl.rl.weights.sync`);
+- `sample_rounds.SampleRounds`: `harvest()` (non-blocking) and `sample()` (a round);
+- `runner_eval.Evaluation`: `evaluate()`;
+- `runner_scale.Scaling` and `Leaving`: `scale()` / `apply_scale()`, and the runners
+  scaled away finishing their last sample;
 - `runner_channels`: the sample channel to each runner incarnation;
-- `ftrl.rl.weights.sync` (`sync_weights`): weights over RPC, the broadcast tree
-  (`ftrl.rl.weights.tree`) or the weights plane.
+- `runner_slot`: the per-runner record the parts hand each other.
 
-Policy (RLlib's option names and meaning):
-- `restart_failed_env_runners=True` (default): runners are created with
-  `max_restarts=max_num_env_runner_restarts`; the runtime restarts a dead process in
-  place. A failed runner is *recovering*: a background task waits for it
-  (`wait_alive`, which adopts the new incarnation), pushes the latest weights and filter
-  state, and only then marks it healthy, so it never samples with stale weights. A
-  runner whose user code raised (process alive) is soft-restarted with `reset_envs`.
-  A runner that becomes DEAD (out of restarts) is an error.
-- `ignore_env_runner_failures=True`: a failed runner is dropped (killed) and training
-  goes on with the rest.
-- neither: the first runner failure raises.
-- `num_consecutive_env_runner_failures_tolerance`: a runner failing that many times in
-  a row (no successful sample in between), or that many waits with no healthy runner
-  at all, raises `EnvRunnerFailureError`.
-
-Sampling is in synchronous rounds (`sample()`), or continuous (`harvest()` in a loop);
-see `ftrl.rl.sampling.sample_rounds`. Every fragment carries the weights version it was
-sampled with; one sampled with weights more than `max_weights_lag` versions behind is
-dropped and counted (never used silently, never lost silently).
-
-Scaling (`scale(n)`, thread-safe; applied by `apply_scale()` on the driver thread at an
-iteration boundary): see `ftrl.rl.sampling.runner_scale`.
-
-Samples travel on each runner's sample channel (`ftrl.rl.sampling.runner_channels`)
-where there is one, else by RPC. Weights travel down a broadcast tree, or on the
-weights plane when large (`ftrl.rl.weights.sync`); the runners that did not confirm are
-sent to directly, whose failures go through the usual policy.
+Every fragment carries the weights version it was sampled with; one sampled with
+weights more than `max_weights_lag` versions behind is dropped and counted (never used
+silently, never lost silently).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from ftrl.rl.actor_group import ActorSlot, describe_error
-from ftrl.rl.sampling.runner_channels import close_channel
-from ftrl.rl.sampling.runner_core import EnvRunnerFailureError, RunnerSlot
+import numpy as np
+
+from ftrl.config import AlgorithmConfig
+from ftrl.rl.sampling import runner_channels as channels
 from ftrl.rl.sampling.runner_eval import Evaluation
-from ftrl.rl.sampling.runner_scale import Scaling
-from ftrl.rl.sampling.sample_rounds import Harvest, SampleRounds
-from ftrl.wire.errors import (
-    ActorUnavailableError,
-    FtrlError,
-    FtrlTimeoutError,
-    StaleIncarnationError,
-)
+from ftrl.rl.sampling.runner_scale import Leaving, Scaling
+from ftrl.rl.sampling.runner_set import FailurePolicy, RunnerSet
+from ftrl.rl.sampling.runner_slot import ENV_RUNNER_CLASS, EnvRunnerFailureError, RunnerSlot
+from ftrl.rl.sampling.runner_weights import RunnerWeights
+from ftrl.rl.sampling.sample_ledger import SampleLedger
+from ftrl.rl.sampling.sample_rounds import Harvest, SampleRound, SampleRounds
 
-__all__ = ["EnvRunnerFailureError", "EnvRunnerGroup", "Harvest", "RunnerSlot"]
-
-log = logging.getLogger(__name__)
+__all__ = ["EnvRunnerFailureError", "EnvRunnerGroup", "Harvest", "RunnerSlot", "SampleRound"]
 
 
-class EnvRunnerGroup(SampleRounds, Evaluation, Scaling):
+class EnvRunnerGroup:
     """Remote env runners (training or evaluation) and their failure handling.
 
     Args:
@@ -75,15 +53,54 @@ class EnvRunnerGroup(SampleRounds, Evaluation, Scaling):
         space_spec: the spaces the driver expects (`SpaceSpec.to_dict()`).
         evaluation: a group of evaluation runners.
         actor_class: the runner class (`EnvRunner`, or one with its methods).
+
+    Attributes (the parts): `runners`, `ledger`, `weights`, `sampling`, `evaluator`,
+    `scaling`, `leaving`.
     """
 
-    # ------------------------------------------------------------------ creation
+    def __init__(
+        self,
+        client: Any,
+        config: AlgorithmConfig,
+        *,
+        job_name: str,
+        space_spec: dict,
+        evaluation: bool = False,
+        actor_class: str = ENV_RUNNER_CLASS,
+    ):
+        self.config = config
+        self.evaluation = evaluation
+        run = config.env_runners_cfg
+        self.kind = "eval_runner" if evaluation else "env_runner"
+        policy = FailurePolicy.from_config(config)
+        sample_timeout = config.evaluation_cfg.evaluation_sample_timeout_s if evaluation else run.sample_timeout_s
+        self.runners = RunnerSet(
+            client,
+            group=f"{job_name}/{self.kind}",
+            kind=self.kind,
+            num_runners=config.evaluation_cfg.evaluation_num_env_runners if evaluation else run.num_env_runners,
+            policy=policy,
+            actor_class=actor_class,
+            actor_kwargs={"config": config.to_dict(), "evaluation": evaluation, "space_spec": space_spec},
+            resources={"cpu": float(run.num_cpus_per_env_runner)},
+            channel_token=channels.channel_token(client),  # None: samples go over gRPC only
+            latest_weights=lambda: self.weights.latest,
+        )
+        self.weights = RunnerWeights(client, self.runners, kind=self.kind, fanout=run.weights_fanout,
+                                     hop_timeout_s=policy.probe_timeout_s)
+        self.ledger = SampleLedger(max_weights_lag=0 if evaluation else int(run.max_weights_lag),
+                                   on_failure=self.runners.on_failure)
+        self.leaving = Leaving(self.runners, self.ledger)
+        self.sampling = SampleRounds(
+            self.runners, self.weights, self.ledger, self.leaving,
+            sample_timeout_s=sample_timeout, probe_timeout_s=policy.probe_timeout_s,
+            default_fragment_steps=lambda: (config.get_rollout_fragment_length()
+                                            * config.env_runners_cfg.num_envs_per_env_runner))
+        self.evaluator = Evaluation(self.runners, self.ledger, timeout_s=sample_timeout)
+        self.scaling = Scaling(self.runners, self.leaving, sample_timeout_s=sample_timeout,
+                               latest_version=lambda: self.weights.latest_version)
 
-    # Runners are created by `ActorGroup.create`, with strict handles: a restarted runner
-    # answers StaleIncarnationError until it was resynced, so it never samples stale weights.
-
-    def actor_kwargs(self, slot: ActorSlot) -> dict[str, Any]:
-        return {**super().actor_kwargs(slot), "worker_index": slot.index}
+    # ------------------------------------------------------------------ the runners
 
     def start(self, previous: list[dict[str, Any]] | None = None) -> None:
         """Create every runner (re-attaching to the ones still up); with
@@ -91,159 +108,179 @@ class EnvRunnerGroup(SampleRounds, Evaluation, Scaling):
         healthy. Without it, failed ones start recovering. `previous`: the incarnations a
         previous driver knew (`known_incarnations`); a runner that restarted since counts
         as restarted and failed (`reconcile`)."""
-        validate = self.config.env_runners_cfg.validate_env_runners_after_construction
-        errors: list[str] = []
-        creating = self.create_all(self.slots)
-        for slot in self.slots:  # created in parallel: each may take a process start
-            try:
-                creating[slot.name].result()
-            except FtrlError as e:
-                errors.append(f"{slot.name}: {describe_error(e)}")
-                slot.last_error = describe_error(e)
-                slot.state = "recovering" if not validate else "new"
-        if previous:
-            self.reconcile(previous)
-        created = {s.name: s.handle for s in self.slots if s.handle is not None}
-        pinged, ping_errors = self.call_all(created, "ping", timeout=self.probe_timeout)
-        retry: list[RunnerSlot] = []
-        for slot in self.slots:
-            if slot.name in pinged:
-                slot.state = "healthy"
-                continue
-            e = ping_errors.get(slot.name)
-            if e is None:
-                continue
-            slot.last_error = describe_error(e)
-            slot.state = "recovering"
-            if isinstance(e, (ActorUnavailableError, StaleIncarnationError, FtrlTimeoutError)) and self.restart:
-                # died right after starting: with restarts on, give it one chance to come back
-                retry.append(slot)
-            else:
-                errors.append(f"{slot.name}: {describe_error(e)}")
-        for slot in retry:
-            try:
-                back = self._recover(slot, soft=False)
-            except FtrlError as e:
-                errors.append(f"{slot.name}: {describe_error(e)}")
-                slot.last_error = describe_error(e)
-                continue
-            if back.incarnation != slot.incarnation:
-                restarted = max(1, back.restarts - slot.runtime_restarts)
-                self.num_env_runner_restarts += restarted
-                slot.runtime_restarts += restarted
-            self._adopt(slot, back)
-        if errors and validate:
-            raise EnvRunnerFailureError(
-                f"{len(errors)} of {self.num_runners} {self.kind}s are not healthy after "
-                "construction (set validate_env_runners_after_construction=False to go on "
-                "without them):\n  " + "\n  ".join(errors)
-            )
-        for slot in self.slots:
-            if slot.state == "recovering":
-                self._start_recovery(slot, None)
+        self.runners.start(previous, validate=self.config.env_runners_cfg.validate_env_runners_after_construction)
+
+    @property
+    def slots(self) -> list[RunnerSlot]:
+        """The runners, in worker-index order."""
+        return self.runners.slots
+
+    @property
+    def num_runners(self) -> int:
+        return len(self.runners.slots)
+
+    @property
+    def max_restarts(self) -> int:
+        return self.runners.max_restarts
+
+    def healthy(self) -> list[RunnerSlot]:
+        return self.runners.healthy()
+
+    @property
+    def num_healthy(self) -> int:
+        return self.runners.num_healthy
+
+    def poll_recoveries(self) -> None:
+        """Adopt runners whose recovery finished; retry or give up on failed ones."""
+        self.runners.poll_recoveries()
+
+    def wait_for_healthy(self) -> None:
+        """Block until at least one runner is healthy, or raise after the tolerance."""
+        self.runners.wait_for_healthy()
+
+    def known_incarnations(self) -> list[dict[str, Any]]:
+        """Each runner's incarnation and the runtime's restart count of it (driver states)."""
+        return self.runners.known_incarnations()
+
+    def reconcile(self, previous: list[dict[str, Any]]) -> int:
+        """Count the runners that restarted while no driver watched (`RunnerSet.reconcile`)."""
+        return self.runners.reconcile(previous)
+
+    def newest_synced_filter(self) -> tuple[int, dict[str, Any]] | None:
+        """(weights version, filter state) of the healthy runner synced last, or None."""
+        return self.runners.newest_synced_filter()
+
+    def probe(self) -> dict[str, Any]:
+        """Ping every healthy idle runner (probe timeout); failures start recovery."""
+        return self.runners.probe()
+
+    def foreach_runner(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> dict[str, Any]:
+        """Call `method` on every healthy idle runner; {name: result or the error}."""
+        return self.runners.foreach_runner(method, *args, timeout=timeout, **kwargs)
+
+    # ------------------------------------------------------------------ sampling
+
+    def harvest(self, current_version: int | None = None, method: str = "sample", *,
+                request_steps: int | None = None, **kwargs: Any) -> Harvest:
+        """Take every result that is done, resubmit at once (`SampleRounds.harvest`)."""
+        return self.sampling.harvest(current_version, method, request_steps=request_steps, **kwargs)
+
+    def sample(self, min_env_steps: int, current_version: int | None = None, method: str = "sample",
+               top_up: bool = False, **kwargs: Any) -> SampleRound:
+        """One synchronous round (`SampleRounds.sample`)."""
+        return self.sampling.sample(min_env_steps, current_version, method, top_up, **kwargs)
+
+    def wait_any(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until a request or a recovery is done (`SampleRounds.wait_any`)."""
+        return self.sampling.wait_any(timeout_s)
+
+    def in_flight(self) -> int:
+        """Requests out now (late ones and those of runners scaled away included)."""
+        return self.sampling.in_flight()
+
+    @property
+    def max_weights_lag(self) -> int:
+        """How many versions older a fragment's weights may be and still be used."""
+        return self.ledger.max_weights_lag
+
+    @max_weights_lag.setter
+    def max_weights_lag(self, lag: int) -> None:
+        self.ledger.max_weights_lag = int(lag)
+
+    def evaluate(self, duration: int, unit: str) -> list[dict[str, Any]]:
+        """Split `duration` episodes/timesteps over the healthy runners (`Evaluation`)."""
+        return self.evaluator.evaluate(duration, unit)
+
+    # ------------------------------------------------------------------ weights
+
+    def sync_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> None:
+        """Push weights (and filter state) to every healthy, idle runner not yet at
+        `version`. Runners busy with a late sample get them before their next one.
+        More runners than `weights_fanout`: down a broadcast tree (`ftrl.rl.weights.sync`)."""
+        self.weights.push(version, weights, filter_state)
+
+    @property
+    def latest_version(self) -> int:
+        return self.weights.latest_version
+
+    @property
+    def last_sync(self) -> dict[str, Any]:
+        """How the last `sync_weights` went (tests, benchmarks)."""
+        return self.weights.last
+
+    @property
+    def weights_fanout(self) -> int:
+        return self.weights.fanout
+
+    @weights_fanout.setter
+    def weights_fanout(self, fanout: int) -> None:
+        self.weights.fanout = fanout
+
+    # ------------------------------------------------------------------ scaling
+
+    @property
+    def target(self) -> int:
+        """The size asked for last (`scale`); the group has it once `apply_scale` ran."""
+        return self.scaling.target
+
+    def scale(self, num_runners: int) -> None:
+        """Ask for `num_runners` runners (thread-safe); applied by `apply_scale`."""
+        self.scaling.scale(num_runners)
+
+    def apply_scale(self) -> dict[str, Any] | None:
+        """Grow or shrink toward `target` (driver thread, between iterations)."""
+        return self.scaling.apply_scale()
 
     # ------------------------------------------------------------------ counters
 
     def stats(self) -> dict[str, Any]:
         return {
             "num_healthy_env_runners" if not self.evaluation else "num_healthy_eval_runners": self.num_healthy,
-            "num_env_runner_restarts": self.num_env_runner_restarts,
-            "num_env_runner_failures": self.num_env_runner_failures,
-            "num_sub_env_restarts": self.num_sub_env_restarts,
-            "num_samples_late": self.num_samples_late,
-            "num_samples_dropped": self.num_samples_dropped,
-            "env_steps_dropped": self.env_steps_dropped,
-            "num_samples_lost": self.num_samples_lost,
+            **self.get_counters(),
         }
-
-    _COUNTERS = (
-        "num_env_runner_restarts",
-        "num_env_runner_failures",
-        "num_sub_env_restarts",
-        "num_samples_late",
-        "num_samples_dropped",
-        "env_steps_dropped",
-        "num_samples_lost",
-    )
 
     def get_counters(self) -> dict[str, int]:
         """The cumulative failure counters (for checkpoints)."""
-        return {k: int(getattr(self, k)) for k in self._COUNTERS}
+        return {**self.runners.counters(), **self.ledger.counters()}
 
     def set_counters(self, counters: dict[str, Any]) -> None:
         """Continue from checkpointed counters (added to what happened since start)."""
-        for key in self._COUNTERS:
-            if key in counters:
-                setattr(self, key, getattr(self, key) + int(counters[key]))
+        self.runners.add_counters(counters)
+        self.ledger.add_counters(counters)
 
-    def known_incarnations(self) -> list[dict[str, Any]]:
-        """The incarnation of each runner as the group last adopted it, with the runtime's
-        restart count of the actor then (a driver state holds them: `reconcile`)."""
-        return [{"name": s.name, "incarnation": int(s.incarnation), "restarts": int(s.runtime_restarts)}
-                for s in self.slots if s.handle is not None and s.incarnation > 0]
+    @property
+    def num_env_runner_restarts(self) -> int:
+        return self.runners.num_env_runner_restarts
 
-    def reconcile(self, previous: list[dict[str, Any]]) -> int:
-        """Count the runners that restarted while no driver watched: each runner whose
-        incarnation is not the one `previous` (`known_incarnations` of the driver state
-        resumed from) names counts its restarts since then (the runtime's count, at least
-        one) as restarts and failures. Returns how many were counted."""
-        known = {str(p.get("name")): p for p in previous if isinstance(p, dict)}
-        counted = 0
-        for slot in self.slots:
-            before = known.get(slot.name)
-            if before is None or slot.handle is None or slot.incarnation == int(before.get("incarnation", 0)):
-                continue
-            restarts = max(1, slot.runtime_restarts - int(before.get("restarts", 0)))
-            self.num_env_runner_restarts += restarts
-            self.num_env_runner_failures += restarts
-            slot.restarts += restarts
-            counted += restarts
-            log.info("%s restarted while the driver was away (incarnation %s -> %d): counted %d",
-                     slot.name, before.get("incarnation"), slot.incarnation, restarts)
-        return counted
+    @property
+    def num_env_runner_failures(self) -> int:
+        return self.runners.num_env_runner_failures
 
-    def newest_synced_filter(self) -> tuple[int, dict[str, Any]] | None:
-        """(weights version, observation filter state) of the healthy runner synced last
-        (what the driver pushed with those weights), or None when no runner can tell."""
-        handles = {s.name: s.handle for s in self.healthy() if s.inflight is None}
-        results, _ = self.call_all(handles, "synced_filter", timeout=self.probe_timeout)
-        best: tuple[int, dict[str, Any]] | None = None
-        for result in results.values():
-            if isinstance(result, dict) and isinstance(result.get("filter"), dict):
-                version = int(result.get("weights_version", -1))
-                if best is None or version > best[0]:
-                    best = (version, result["filter"])
-        return best
+    @property
+    def num_sub_env_restarts(self) -> int:
+        return self.ledger.num_sub_env_restarts
 
-    # ------------------------------------------------------------------ misc
+    @property
+    def num_samples_late(self) -> int:
+        return self.ledger.num_samples_late
 
-    def probe(self) -> dict[str, Any]:
-        """Ping every healthy runner (probe timeout); failures start recovery."""
-        idle = [s for s in self.healthy() if s.inflight is None]
-        out, errors = self.call_all({s.name: s.handle for s in idle}, "ping", timeout=self.probe_timeout)
-        for slot in idle:
-            if slot.name in errors:
-                self._on_failure(slot, errors[slot.name], "ping")
-        return out
+    @property
+    def num_samples_dropped(self) -> int:
+        return self.ledger.num_samples_dropped
 
-    def foreach_runner(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> dict[str, Any]:
-        """Call `method` on every healthy idle runner; {name: result or the error}."""
-        timeout = self.probe_timeout if timeout is None else timeout
-        handles = {s.name: s.handle for s in self.healthy() if s.inflight is None}
-        results, errors = self.call_all(handles, method, *args, timeout=timeout, **kwargs)
-        return {name: results[name] if name in results else errors[name] for name in handles}
+    @property
+    def env_steps_dropped(self) -> int:
+        return self.ledger.env_steps_dropped
+
+    @property
+    def num_samples_lost(self) -> int:
+        return self.ledger.num_samples_lost
+
+    # ------------------------------------------------------------------ teardown
 
     def stop(self, kill: bool = True) -> None:
         """Stop background work and the weights plane; with `kill`, also kill the runner
         actors. Runners scaled away and still finishing a sample are killed either way."""
-        self._weights.close()
-        for slot in self.slots:
-            close_channel(slot)
-        if kill:
-            for slot in self.slots:
-                if slot.handle is None:  # still being created: its recovery kills it once it is
-                    slot.state = "retired"
-        for slot, _ in self._retiring:
-            self._kill_retired(slot)
-        self._retiring = []
-        super().stop(kill)
+        self.weights.close()
+        self.leaving.kill_all()
+        self.runners.stop(kill)

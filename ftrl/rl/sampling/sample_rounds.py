@@ -3,16 +3,16 @@
 `harvest()` takes the results of the requests that are done, resubmits every idle,
 healthy runner at once (with the current weights, synced first where needed) and
 returns without waiting for the others: an asynchronous learner (IMPALA) calls it in a
-loop (`wait_any()` sleeps until a request is done). `sample()`, one synchronous round, is a harvest followed by waiting for the
-requests of the round.
+loop (`wait_any()` sleeps until a request is done). `sample()`, one synchronous round,
+is a harvest followed by waiting for the requests of the round.
 
 Rounds: every healthy, synced, idle runner gets one `sample()` and the round waits for
 all of them (their steps may add up to more than asked: the target is a minimum, as in
 RLlib, so a calm run drops nothing); it ends early only at `sample_timeout_s`. Requests
 not back by then stay in flight and are counted as late; a fragment sampled with
 weights more than `max_weights_lag` versions behind the current ones (0: any older
-version) is dropped and counted (never used silently, never lost silently). Every
-fragment carries the weights version it was sampled with.
+version) is dropped and counted (never used silently, never lost silently: the
+`SampleLedger`). Every fragment carries the weights version it was sampled with.
 
 Requests go on each runner's sample channel when it has one, else by RPC
 (`ftrl.rl.sampling.runner_channels`). Their errors are the RPC path's: a broken
@@ -26,11 +26,14 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ftrl.rl.sampling import runner_channels as channels
-from ftrl.rl.sampling.runner_core import RunnerGroupCore, RunnerSlot, weights_fresh
+from ftrl.rl.sampling.runner_scale import Leaving
+from ftrl.rl.sampling.runner_slot import RunnerSlot
+from ftrl.rl.sampling.sample_ledger import SampleLedger
 from ftrl.rl.sampling.sample_plane import wait_first
 from ftrl.wire.errors import FtrlError
 
@@ -77,12 +80,55 @@ class Harvest:
     num_in_flight: int = 0
 
 
+class SampledRunners(Protocol):
+    """What sampling needs of the runner set (`RunnerSet`)."""
+
+    slots: list[RunnerSlot]
+    channel_token: str | None
+
+    def healthy(self) -> list[RunnerSlot]: ...
+
+    def poll_recoveries(self) -> None: ...
+
+    def on_failure(self, slot: RunnerSlot, error: BaseException, what: str) -> None: ...
+
+
+class SampledWeights(Protocol):
+    """What sampling needs of the weight sync (`RunnerWeights`)."""
+
+    @property
+    def latest_version(self) -> int: ...
+
+    def catch_up(self, current: int) -> None: ...
+
+
 def _runner_order(result: dict[str, Any]) -> int:
     return int(result.get("worker_index", 0))
 
 
-class SampleRounds(RunnerGroupCore):
-    """`harvest()` and `sample()` over the group's runners (module docstring)."""
+class SampleRounds:
+    """`harvest()` and `sample()` over the group's runners (module docstring).
+
+    Args:
+        runners: the runner set asked.
+        weights: the weight sync (the latest version; runners brought up to it).
+        ledger: where every request's outcome is counted.
+        leaving: runners scaled away whose last samples are still collected.
+        sample_timeout_s: how long a round waits.
+        probe_timeout_s: the bound of a call opening a sample channel.
+        default_fragment_steps: the env steps one sample() brings, as configured (read
+            for a runner that has not sampled yet).
+    """
+
+    def __init__(self, runners: SampledRunners, weights: SampledWeights, ledger: SampleLedger, leaving: Leaving, *,
+                 sample_timeout_s: float, probe_timeout_s: float, default_fragment_steps: Callable[[], int]):
+        self._runners = runners
+        self._weights = weights
+        self._ledger = ledger
+        self._leaving = leaving
+        self.sample_timeout_s = sample_timeout_s
+        self.probe_timeout_s = probe_timeout_s
+        self._default_fragment_steps = default_fragment_steps
 
     def harvest(self, current_version: int | None = None, method: str = "sample", *,
                 request_steps: int | None = None, **kwargs: Any) -> Harvest:
@@ -96,24 +142,21 @@ class SampleRounds(RunnerGroupCore):
         harvest took. Blocks only on those bounded calls (weights sync and a new runner
         incarnation's sample channel: `env_runner_health_probe_timeout_s` each), never on
         a sample. Returns a `Harvest` (empty results when nothing was done)."""
-        current = self.latest_version if current_version is None else current_version
-        lost_before = self.num_samples_lost
+        current = self._weights.latest_version if current_version is None else current_version
+        lost_before = self._ledger.num_samples_lost
         results: list[dict[str, Any]] = []
-        self.poll_recoveries()
-        used = self._collect_retiring(results, current)  # scaled-away runners' last samples
-        for slot in self.slots:
+        self._runners.poll_recoveries()
+        used = self._leaving.collect(results, current)  # scaled-away runners' last samples
+        for slot in self._runners.slots:
             if slot.inflight is not None and slot.inflight.done():
                 used += self._collect(slot, results, current)
-        for slot in self.healthy():
-            if slot.inflight is None and slot.synced_version != current and self._latest[1] is not None:
-                self.sync_weights(*self._latest)
-                break
+        self._weights.catch_up(current)
         requested = self._request(method, kwargs, current, None if request_steps is None else request_steps - used)
         # in runner order, not arrival order: the same seed gives the same batch (a
         # learner's sums depend on the order), however the runners' timing fell
         results.sort(key=_runner_order)
         return Harvest(results=results, env_steps=used, num_dropped=sum(1 for r in results if r["dropped"]),
-                       num_lost=self.num_samples_lost - lost_before, num_requested=requested,
+                       num_lost=self._ledger.num_samples_lost - lost_before, num_requested=requested,
                        num_in_flight=self.in_flight())
 
     def sample(self, min_env_steps: int, current_version: int | None = None, method: str = "sample",
@@ -127,16 +170,17 @@ class SampleRounds(RunnerGroupCore):
         timeout passed; requests not back by then are late, stay in flight and are
         collected (used if still fresh, else dropped and counted) in later rounds or
         harvests. Results are listed in runner order."""
-        current = self.latest_version if current_version is None else current_version
-        deadline = time.monotonic() + self.sample_timeout
+        current = self._weights.latest_version if current_version is None else current_version
+        deadline = time.monotonic() + self.sample_timeout_s
         first = self.harvest(current, method, request_steps=min_env_steps if top_up else None, **kwargs)
         results, used = first.results, first.env_steps
+        slots = self._runners.slots
         while True:
             # every request of this round; with too few steps so far, late ones too (a
             # late fragment that comes back before the weights change is still usable)
-            waiting = [s for s in self.slots if s.inflight is not None and not s.inflight_late]
+            waiting = [s for s in slots if s.inflight is not None and not s.inflight_late]
             if used < min_env_steps:
-                waiting = [s for s in self.slots if s.inflight is not None]
+                waiting = [s for s in slots if s.inflight is not None]
             remaining = deadline - time.monotonic()
             if not waiting or remaining <= 0:
                 break
@@ -147,14 +191,14 @@ class SampleRounds(RunnerGroupCore):
             missing = min_env_steps - used - self._expected_in_flight()
             if missing > 0:  # a share was lost: the runners already back sample it now
                 self._request(method, kwargs, current, missing)
-        for slot in self.slots:
+        for slot in slots:
             if slot.inflight is not None and not slot.inflight_late:
                 if slot.inflight.done():
                     used += self._collect(slot, results, current)
                 else:
                     slot.inflight_late = True
-                    self.num_samples_late += 1
-        used += self._collect_retiring(results, current)
+                    self._ledger.late()
+        used += self._leaving.collect(results, current)
         results.sort(key=_runner_order)
         return SampleRound(results=results, env_steps=used)
 
@@ -163,9 +207,10 @@ class SampleRounds(RunnerGroupCore):
         (for a `harvest()` loop that has nothing to do meanwhile): True when one is, False
         after `timeout_s`. With nothing out at all (every runner down, none recovering)
         it sleeps `timeout_s`: a harvest loop never spins."""
-        futs = [s.inflight for s in self.slots if s.inflight is not None]
-        futs += [s.inflight for s, _ in self._retiring if s.inflight is not None]
-        futs += [s.recovery for s in self.slots if s.recovery is not None and not s.recovery.done()]
+        slots = self._runners.slots
+        futs = [s.inflight for s in slots if s.inflight is not None]
+        futs += self._leaving.futures()
+        futs += [s.recovery for s in slots if s.recovery is not None and not s.recovery.done()]
         if not futs:
             time.sleep(timeout_s)
             return False
@@ -173,18 +218,18 @@ class SampleRounds(RunnerGroupCore):
 
     def in_flight(self) -> int:
         """Requests out now (late ones and those of runners scaled away included)."""
-        return sum(1 for s in self.slots if s.inflight is not None) + len(self._retiring)
+        return sum(1 for s in self._runners.slots if s.inflight is not None) + len(self._leaving)
 
     # ------------------------------------------------------------------ requests
 
     def _collect(self, slot: RunnerSlot, out: list[dict[str, Any]], current_version: int) -> int:
         """Take a finished in-flight request of `slot`; return env steps used."""
-        result = self._finished(slot, "sample")
+        result = self._ledger.finished(slot, "sample")
         if result is None:
             return 0
         if slot.inflight_kind == "sample":
             slot.fragment_steps = int(result.get("env_steps", 0)) or slot.fragment_steps
-        steps = self._take(result, out, current_version, slot.inflight_late, slot)
+        steps = self._ledger.take(result, out, current_version, slot.inflight_late, slot)
         if result["dropped"] and result.get("weights_version") != slot.synced_version:
             slot.synced_version = int(result.get("weights_version", -1))
         return steps
@@ -194,18 +239,17 @@ class SampleRounds(RunnerGroupCore):
         every one of them (`steps` None), or only as many as `steps` env steps need.
         Returns how many requests it started."""
         started = 0
-        for slot in self.healthy():
+        for slot in self._runners.healthy():
             if steps is not None and steps <= 0:
                 break
-            if slot.inflight is not None or not weights_fresh(slot.synced_version, current, self.max_weights_lag):
+            if slot.inflight is not None or not self._ledger.fresh(slot.synced_version, current):
                 continue
             try:
                 slot.inflight = self._submit_sample(slot, method, kwargs)
             except FtrlError as e:
-                self._on_failure(slot, e, method)
+                self._runners.on_failure(slot, e, method)
                 continue
             started += 1
-            slot.inflight_version = current
             slot.inflight_late = False
             slot.inflight_kind = method
             if steps is not None:
@@ -216,21 +260,22 @@ class SampleRounds(RunnerGroupCore):
         """The env steps one sample() of `slot` brings: as its last one did, else as configured."""
         if slot.fragment_steps > 0:
             return slot.fragment_steps
-        run = self.config.env_runners_cfg
-        return self.config.get_rollout_fragment_length() * run.num_envs_per_env_runner
+        return self._default_fragment_steps()
 
     def _expected_in_flight(self) -> int:
         """Env steps the requests still out should bring (late ones included)."""
-        return sum(self._fragment_steps(s) for s in self.slots if s.inflight is not None and s.inflight_kind == "sample")
+        return sum(self._fragment_steps(s) for s in self._runners.slots
+                   if s.inflight is not None and s.inflight_kind == "sample")
 
     def _submit_sample(self, slot: RunnerSlot, method: str, kwargs: dict[str, Any]) -> cf.Future:
         """Start `method` on `slot`: on its sample channel when it has one for its current
         incarnation (`ftrl.rl.sampling.sample_plane`), else by RPC."""
-        channel = channels.slot_channel(slot, self._channel_token, self.probe_timeout) if method == "sample" else None
+        token = self._runners.channel_token
+        channel = channels.slot_channel(slot, token, self.probe_timeout_s) if method == "sample" else None
         if channel is not None:
             try:
                 # a late fragment may still come back in the next round, as by RPC
-                return channel.submit(kwargs, slot.synced_version, 2 * self.sample_timeout)
+                return channel.submit(kwargs, slot.synced_version, 2 * self.sample_timeout_s)
             except (FtrlError, RuntimeError) as e:
                 log.info("%s: sample channel unusable (%s); sampling by RPC", slot.name, e)
                 channels.close_channel(slot)

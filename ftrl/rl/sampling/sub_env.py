@@ -96,32 +96,47 @@ class LocalSubEnv:
 
 
 class RemoteSubEnv:
-    """A sub-env in its own child process, so a crashing simulator kills only itself."""
+    """A sub-env in its own child process, so a crashing simulator kills only itself.
 
-    def __init__(self, index: int, env: str, env_config: dict, timeout_s: float = 60.0):
+    `RemoteSubEnv.start` starts the child and asks it for the env's spaces; the
+    constructor only wraps a socket to a child already started (`proc`, None in tests).
+    """
+
+    def __init__(self, index: int, sock: socket.socket, proc: subprocess.Popen | None = None, *,
+                 timeout_s: float = 60.0):
         self.index = index
         self.timeout_s = timeout_s
+        self._sock = sock
+        self._proc = proc
+        sock.settimeout(timeout_s)
+        self.spec: SpaceSpec | None = None  # the env's spaces, once `start` asked the child
+
+    @classmethod
+    def start(cls, index: int, env: str, env_config: dict, timeout_s: float = 60.0) -> RemoteSubEnv:
+        """Start `python -m ftrl.rl.sampling.sub_env` serving `env`; its spaces in `.spec`."""
         parent, child = socket.socketpair()
-        self._sock = parent
-        self._proc: subprocess.Popen | None = None
         try:
             env_vars = dict(os.environ)
             env_vars["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "ftrl.rl.sampling.sub_env", str(child.fileno())],
                 pass_fds=(child.fileno(),),
                 env=env_vars,
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
             )
+        except BaseException:
+            parent.close()
+            raise
         finally:
             child.close()
-        parent.settimeout(timeout_s)
+        sub = cls(index, parent, proc, timeout_s=timeout_s)
         try:
-            self.spec = SpaceSpec.from_dict(self._request(["init", env, dict(env_config)], what="init"))
+            sub.spec = SpaceSpec.from_dict(sub._request(["init", env, dict(env_config)], what="init"))
         except SubEnvError:
-            self.close()
+            sub.close()
             raise
+        return sub
 
     @property
     def pid(self) -> int | None:
@@ -216,7 +231,7 @@ def make_sub_env(
 ) -> LocalSubEnv | RemoteSubEnv:
     """Create sub-env `index` in this process or in a child process."""
     if remote:
-        return RemoteSubEnv(index, env, env_config, timeout_s=timeout_s)
+        return RemoteSubEnv.start(index, env, env_config, timeout_s=timeout_s)
     return LocalSubEnv(index, env, env_config)
 
 

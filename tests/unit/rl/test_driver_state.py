@@ -17,7 +17,7 @@ from ftrl.rl.driver.checkpoint import decode_checkpoint
 from ftrl.rl.driver.metrics import MetricsLog
 from ftrl.rl.driver.state_writer import DRIVER_STATE_FILE, LEARNER_STATE_FILE, StateWriter
 from ftrl.rl.learning.learner_group import LearnerGroup
-from ftrl.rl.sampling.runner_group import EnvRunnerGroup, RunnerSlot
+from ftrl.rl.sampling.runner_set import FailurePolicy, RunnerSet
 from tests.local_client import LocalClient
 
 
@@ -153,11 +153,15 @@ def test_a_learner_state_that_must_be_fetched_goes_after_the_row(tmp_path):
 # --------------------------------------------------------------------------- reconciliation
 
 
-def _runner_group(incarnations: dict[str, tuple[int, int]]) -> EnvRunnerGroup:
-    group = object.__new__(EnvRunnerGroup)
-    group.slots = [RunnerSlot(index=i + 1, name=name, handle=object(), incarnation=inc, runtime_restarts=restarts)
-                   for i, (name, (inc, restarts)) in enumerate(incarnations.items())]
-    group.num_env_runner_restarts = group.num_env_runner_failures = 0
+def _runner_group(incarnations: dict[str, tuple[int, int]]) -> RunnerSet:
+    """A runner set `j/env_runner/I` whose runners were created at `incarnations`."""
+    policy = FailurePolicy(restart=True, ignore=False, tolerance=3, max_restarts=5, probe_timeout_s=1.0,
+                           restore_timeout_s=1.0)
+    group = RunnerSet(SimpleNamespace(), group="j/env_runner", kind="env_runner", num_runners=len(incarnations),
+                      policy=policy)
+    for slot, (name, (inc, restarts)) in zip(group.slots, incarnations.items(), strict=True):
+        assert slot.name == name
+        slot.handle, slot.incarnation, slot.runtime_restarts = object(), inc, restarts
     return group
 
 

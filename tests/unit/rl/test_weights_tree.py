@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import ftrl.rl.weights.tree as weights_tree
-from ftrl.rl.sampling.runner_core import weights_fresh
+from ftrl.rl.sampling.runner_slot import weights_fresh
 from ftrl.rl.weights.tree import build_weights_tree, subtree_height, subtree_names
 from tests.local_client import LocalClient
 from tests.unit.rl.test_runner_group import _config, _group, _until, _weights
