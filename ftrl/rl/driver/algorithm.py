@@ -13,7 +13,7 @@ checkpoints) and ends it (`finish`, `stop`); everything else is a part with its 
 state, reached through a method here of the same name as before:
 
 - ftrl.rl.driver.run_state: `RunState`, the run's counters, observation filter,
-  episode window, versions and incarnations, live hyperparameters (`algo.run`);
+  episode window, versions and incarnations, live hyperparameters (`algo.run_state`);
   `algo.iteration`, `algo.env_steps_sampled`, `algo.filter`, ... read it;
 - ftrl.rl.driver.runners: `RunnerSet`, the training and evaluation runners (a local
   EnvRunner with `num_env_runners=0`, for the whole run, else an EnvRunnerGroup created
