@@ -2,10 +2,16 @@
 against a target network (as RLlib's APPO). Top to bottom:
 
     config        APPOConfig / APPOTrainingConfig (ftrl/config/appo.py: torch-free)
+    the loss terms of its own, beside IMPALA's (ftrl/rl/algorithms/impala.py: V-trace,
+                  the value and entropy terms): `clipped_surrogate_term`, `kl_term`
     appo_loss     the clipped surrogate on V-trace advantages, the value loss, the
                   entropy bonus and (use_kl_loss) the KL to the target policy
     APPOLearner   IMPALA's learner plus the target network (and the adaptive KL coefficient)
     APPO          IMPALA's driver with this learner
+
+Reading APPO whole takes three files: this one, impala.py (the shared loss terms, the
+learner's update loop, the driver's data path) and ftrl/rl/driver/async_learner.py
+(the learner thread).
 
 The target network is the learner's policy of a few updates ago: updated every
 `target_network_update_freq` updates as target = tau * current + (1 - tau) * target.
@@ -23,34 +29,59 @@ from typing import Any
 import torch
 
 from ftrl.config.appo import APPOConfig, APPOTrainingConfig
-from ftrl.rl.algorithms.impala import IMPALA, IMPALALearner, impala_loss
+from ftrl.rl.algorithms.impala import (
+    IMPALA,
+    IMPALALearner,
+    entropy_term,
+    evaluate_time_major,
+    value_term,
+    vtrace_targets,
+)
 
-__all__ = ["APPO", "APPOConfig", "APPOLearner", "APPOTrainingConfig", "appo_loss"]
+__all__ = ["APPO", "APPOConfig", "APPOLearner", "APPOTrainingConfig", "appo_loss", "clipped_surrogate_term",
+           "kl_term"]
+
+
+def clipped_surrogate_term(logp: torch.Tensor, behaviour_logp: torch.Tensor, target_logp: torch.Tensor,
+                           advantages: torch.Tensor, mask: torch.Tensor,
+                           clip_param: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """-min(r A, clip(r, 1 - eps, 1 + eps) A) summed over the valid steps, with
+    r = pi / pi_target times the importance weight pi_target / mu clipped to [0, 2];
+    and how many valid steps had r outside [1 - eps, 1 + eps] (not differentiated)."""
+    is_ratio = torch.exp(target_logp - behaviour_logp).clamp(0.0, 2.0)
+    ratio = is_ratio * torch.exp(logp - behaviour_logp)
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip_param, 1.0 + clip_param) * advantages)
+    with torch.no_grad():
+        clipped = (((ratio - 1.0).abs() > clip_param).to(mask.dtype) * mask).sum()
+    return -(surrogate * mask).sum(), clipped
+
+
+def kl_term(logp: torch.Tensor, target_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL(pi_target || pi) estimated on the batch's actions, E[(r - 1) - log r] with
+    r = pi / pi_target, summed over the valid steps."""
+    log_r = logp - target_logp
+    return (((log_r.exp() - 1.0) - log_r) * mask).sum()
 
 
 def appo_loss(model: torch.nn.Module, target_model: torch.nn.Module, batch: dict[str, torch.Tensor],
               hp: APPOTrainingConfig, kl_coeff: float) -> tuple[torch.Tensor, dict[str, Any]]:
-    """APPO's loss of one [T, B] batch, summed over valid steps; and its statistics."""
-    t_len, width = batch["rewards"].shape
+    """APPO's loss of one [T, B] batch, summed over valid steps: the clipped surrogate on
+    V-trace advantages (corrected to the target policy) + vf_loss_coeff * the value term
+    - entropy_coeff * the entropy term (+ kl_coeff * the KL term); and its statistics."""
     with torch.no_grad():
-        obs = batch["obs"].reshape(t_len * width, -1)
-        actions = batch["actions"].reshape((t_len * width, *batch["actions"].shape[2:]))
-        target_logp = target_model.evaluate(obs, actions)[0].reshape(t_len, width)
-    _, parts = impala_loss(model, batch, hp, target_logp=target_logp)
-    logp, adv, mask = parts["logp"], parts["pg_adv"], parts["mask"]
-    is_ratio = torch.exp(target_logp - batch["logp"]).clamp(0.0, 2.0)
-    ratio = is_ratio * torch.exp(logp - batch["logp"])
-    surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - hp.clip_param, 1.0 + hp.clip_param) * adv)
-    policy_loss = -(surrogate * mask).sum()
-    log_r = logp - target_logp
-    kl = (((log_r.exp() - 1.0) - log_r) * mask).sum()
-    loss = policy_loss + hp.vf_loss_coeff * parts["vf_loss"] - hp.entropy_coeff * parts["entropy"]
+        target_logp = evaluate_time_major(target_model, batch)[0]
+    logp, entropy, values = evaluate_time_major(model, batch)
+    with torch.no_grad():
+        vs, pg_adv = vtrace_targets(batch, values.detach(), target_logp, hp)
+    mask = batch["valid"].to(values.dtype)
+    vf_loss = value_term(values, vs, mask)
+    entropy_sum = entropy_term(entropy, mask)
+    policy_loss, clipped = clipped_surrogate_term(logp, batch["logp"], target_logp, pg_adv, mask, hp.clip_param)
+    kl = kl_term(logp, target_logp, mask)
+    loss = policy_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * entropy_sum
     if hp.use_kl_loss:
         loss = loss + kl_coeff * kl
-    with torch.no_grad():
-        clipped = (((ratio - 1.0).abs() > hp.clip_param).to(mask.dtype) * mask).sum()
-    return loss, {"policy_loss": policy_loss.detach(), "vf_loss": parts["vf_loss"].detach(),
-                  "entropy": parts["entropy"].detach(),
+    return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(), "entropy": entropy_sum.detach(),
                   "kl": kl.detach(), "clip_frac": clipped}
 
 

@@ -2,12 +2,16 @@
 V-trace off-policy correction. All of it, top to bottom:
 
     config          IMPALAConfig / IMPALATrainingConfig (ftrl/config/impala.py: torch-free)
-    vtrace          V-trace value targets and policy-gradient advantages (a pure function)
-    time_major      fragments -> [T, B] tensors, and the bootstrap values V-trace needs
+    the loss terms  small pure functions IMPALA's and APPO's losses are sums of (as
+                    TorchBeast's monobeast): `vtrace` (V-trace value targets and
+                    policy-gradient advantages), `vtrace_targets` (V-trace on one batch),
+                    `policy_gradient_term`, `value_term`, `entropy_term`
     impala_loss     policy gradient + value loss - entropy bonus of one batch
+    time_major      fragments -> [T, B] tensors, and the bootstrap values V-trace needs
     IMPALALearner   one gradient step per batch on the generic Learner (Adam or RMSProp)
     IMPALA          the driver: runners sample without rounds, the learner learns in a
-                    thread off a bounded queue (ftrl/rl/driver/learner_thread.py)
+                    thread off a bounded queue (`AsyncLearner`,
+                    ftrl/rl/driver/async_learner.py, the driver's access to its learner)
 
 Data path. Runners sample fragments continuously, each stamped with the weights version
 it was sampled with and the runner incarnation that sampled it; the driver harvests
@@ -25,7 +29,7 @@ update k learns on one fragment of every runner, in runner order, sampled with t
 weights of update k-1 while update k-1 ran. The same seed gives the same run, bit for bit.
 
 An exploit of population-based training (ftrl.rl.driver.exploit) swaps the learner's
-state and hyperparameters under the learner thread's lock, publishes the new weights,
+state and hyperparameters with the learner thread paused, publishes the new weights,
 and moves the weights version more than `max_policy_lag` past the old ones: whatever
 the old weights sampled (in flight, being filled, queued) is dropped by the lag check.
 
@@ -36,7 +40,6 @@ value is the learner's own.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -47,14 +50,15 @@ import torch
 
 from ftrl.config.impala import IMPALAConfig, IMPALATrainingConfig
 from ftrl.rl.driver.algorithm import Algorithm
-from ftrl.rl.driver.learner_thread import LearnerThread, TrainBatch, lag_stats, within_lag
+from ftrl.rl.driver.async_learner import AsyncLearner, TrainBatch, lag_stats, within_lag
+from ftrl.rl.driver.learner_access import DirectAccess, LearnerAccess
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
 from ftrl.rl.learning.learner import Learner, scheduled
 from ftrl.rl.sample_batch import check_fragment
 
-__all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "impala_loss", "time_major",
-           "vtrace"]
+__all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "entropy_term", "impala_loss",
+           "policy_gradient_term", "time_major", "value_term", "vtrace", "vtrace_targets"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,9 @@ STALLED_WINDOW_S = 30.0
 
 #: float arrays of a fragment that must be finite to be learned on
 FINITE_KEYS = ("obs", "rewards", "logp", "values", "trunc_values", "last_values")
+
+
+# --------------------------------------------------------------------------- the loss terms
 
 
 def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: torch.Tensor,
@@ -98,6 +105,66 @@ def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: tor
     vs_next = torch.where(continues, torch.cat([vs[1:], vs[-1:]]), next_values)
     pg_advantages = rhos.clamp(max=clip_pg_rho_threshold) * (rewards + discounts * vs_next - values)
     return vs, pg_advantages
+
+
+def vtrace_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, target_logp: torch.Tensor,
+                   hp: IMPALATrainingConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace on one [T, B] batch (`vtrace=False`: the importance weights are 1, so
+    the targets are plain n-step returns)."""
+    term, trunc = batch["terminateds"], batch["truncateds"]
+    next_values = torch.cat([values[1:], batch["last_values"][None]])
+    next_values = torch.where(trunc, batch["trunc_values"], next_values)
+    discounts = hp.gamma * (~term).to(values.dtype)
+    continues = ~(term | trunc)
+    continues[-1] = False
+    behaviour = batch["logp"] if hp.vtrace else target_logp
+    return vtrace(behaviour, target_logp, batch["rewards"], values, next_values, discounts, continues,
+                  hp.vtrace_clip_rho_threshold, hp.vtrace_clip_pg_rho_threshold)
+
+
+def policy_gradient_term(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """-log pi(a|x) * advantage, summed over the valid steps (`mask`)."""
+    return -(logp * advantages * mask).sum()
+
+
+def value_term(values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """0.5 (target - V(x))^2, summed over the valid steps."""
+    return 0.5 * (((targets - values) ** 2) * mask).sum()
+
+
+def entropy_term(entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The policy's entropy, summed over the valid steps (a bonus: subtracted)."""
+    return (entropy * mask).sum()
+
+
+def evaluate_time_major(model: torch.nn.Module, batch: dict[str, torch.Tensor]
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The model's log pi(a_t|x_t) of the batch's actions, entropies and values V(x_t), [T, B]."""
+    t_len, width = batch["rewards"].shape
+    obs = batch["obs"].reshape(t_len * width, -1)
+    actions = batch["actions"].reshape((t_len * width, *batch["actions"].shape[2:]))
+    logp, entropy, values = model.evaluate(obs, actions)
+    return logp.reshape(t_len, width), entropy.reshape(t_len, width), values.reshape(t_len, width)
+
+
+def impala_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                hp: IMPALATrainingConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    """IMPALA's loss of one [T, B] batch: the policy-gradient term on V-trace advantages
+    + vf_loss_coeff * the value term on V-trace targets - entropy_coeff * the entropy
+    term, summed over valid steps (divide by their count outside). Returns the sum and
+    its terms (detached)."""
+    logp, entropy, values = evaluate_time_major(model, batch)
+    with torch.no_grad():
+        vs, pg_adv = vtrace_targets(batch, values.detach(), logp.detach(), hp)
+    mask = batch["valid"].to(values.dtype)
+    policy_loss = policy_gradient_term(logp, pg_adv, mask)
+    vf_loss = value_term(values, vs, mask)
+    entropy_sum = entropy_term(entropy, mask)
+    loss = policy_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * entropy_sum
+    return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(), "entropy": entropy_sum.detach()}
+
+
+# --------------------------------------------------------------------------- batches
 
 
 def time_major(fragments: Sequence[dict[str, Any]], device: torch.device) -> list[dict[str, torch.Tensor]]:
@@ -156,43 +223,6 @@ def column_subsets(batches: list[dict[str, torch.Tensor]],
     return out
 
 
-def impala_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], hp: IMPALATrainingConfig,
-                target_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
-    """IMPALA's loss of one [T, B] batch: -logp * advantage + vf_loss_coeff * 0.5 (vs -
-    V)^2 - entropy_coeff * entropy, summed over valid steps (divide by their count
-    outside). Returns the sum and the tensors APPO builds on (logp, the V-trace advantages)."""
-    t_len, width = batch["rewards"].shape
-    obs = batch["obs"].reshape(t_len * width, -1)
-    actions = batch["actions"].reshape((t_len * width, *batch["actions"].shape[2:]))
-    logp, entropy, values = model.evaluate(obs, actions)
-    logp, entropy, values = (x.reshape(t_len, width) for x in (logp, entropy, values))
-    with torch.no_grad():
-        vs, pg_adv = vtrace_targets(batch, values.detach(), logp.detach() if target_logp is None else target_logp,
-                                    hp)
-    mask = batch["valid"].to(values.dtype)
-    pg_loss = -(logp * pg_adv * mask).sum()
-    vf_loss = 0.5 * (((vs - values) ** 2) * mask).sum()
-    ent = (entropy * mask).sum()
-    loss = pg_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
-    return loss, {"logp": logp, "pg_adv": pg_adv, "mask": mask, "policy_loss": pg_loss, "vf_loss": vf_loss,
-                  "entropy": ent}
-
-
-def vtrace_targets(batch: dict[str, torch.Tensor], values: torch.Tensor, target_logp: torch.Tensor,
-                   hp: IMPALATrainingConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace on one [T, B] batch (`vtrace=False`: the importance weights are 1, so
-    the targets are plain n-step returns)."""
-    term, trunc = batch["terminateds"], batch["truncateds"]
-    next_values = torch.cat([values[1:], batch["last_values"][None]])
-    next_values = torch.where(trunc, batch["trunc_values"], next_values)
-    discounts = hp.gamma * (~term).to(values.dtype)
-    continues = ~(term | trunc)
-    continues[-1] = False
-    behaviour = batch["logp"] if hp.vtrace else target_logp
-    return vtrace(behaviour, target_logp, batch["rewards"], values, next_values, discounts, continues,
-                  hp.vtrace_clip_rho_threshold, hp.vtrace_clip_pg_rho_threshold)
-
-
 class IMPALALearner(Learner):
     """One gradient step per train batch (this rank's shard of it in a mesh)."""
 
@@ -206,8 +236,7 @@ class IMPALALearner(Learner):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         """The summed loss of one [T, B] batch and its statistics (APPO overrides)."""
-        loss, parts = impala_loss(self.model, batch, self.hp)
-        return loss, {k: parts[k].detach() for k in ("policy_loss", "vf_loss", "entropy")}
+        return impala_loss(self.model, batch, self.hp)
 
     @classmethod
     def split_update(cls, config: IMPALAConfig, fragments: Sequence[dict[str, np.ndarray]],
@@ -268,75 +297,77 @@ class IMPALALearner(Learner):
 
 class IMPALA(Algorithm):
     """IMPALA's driver: the asynchronous data path on the Algorithm base (the module
-    docstring). `self.learner` is the in-process learner or the elastic learner group."""
+    docstring). `self.learner` is the in-process learner or the elastic learner group;
+    `self.learner_access` the learner thread in front of it (`AsyncLearner`), or, with
+    `deterministic`, the driver's own thread (`DirectAccess`)."""
 
     learner_class_path = "ftrl.rl.algorithms.impala:IMPALALearner"
     learner_cls: type[IMPALALearner] = IMPALALearner
+    #: what the driver state keeps of IMPALA's own (`RunState.algo_counters`)
+    algo_counter_names = ("num_samples_dropped_stale", "env_steps_dropped_stale", "num_samples_invalid")
 
     def __init__(self, config: IMPALAConfig, **kwargs: Any) -> None:
-        self._thread: LearnerThread | None = None
-        self._pending = TrainBatch()
-        self._round_out = False
-        self.counters = dict.fromkeys(("num_samples_dropped_stale", "env_steps_dropped_stale",
-                                       "num_samples_invalid"), 0)
+        self._round_out = False  # deterministic: a round of samples is in flight
         super().__init__(config, **kwargs)
 
     def setup_learner(self) -> IMPALALearner:
         return self.learner_cls(self.config, self.spec)
 
-    def _setup_runners(self) -> None:
-        super()._setup_runners()
-        group = self.env_runner_group
-        if group is not None:  # staleness is judged by the learner (max_policy_lag), not the group
-            group.max_weights_lag = 0 if self.config.training_cfg.deterministic else 1 << 30
+    def setup_learner_access(self, learner: Any) -> LearnerAccess:
+        """The learner thread; with `deterministic`, the driver's own thread. Staleness is
+        the learner's call either way (`max_policy_lag`)."""
+        t = self.config.training_cfg
+        if t.deterministic:
+            return DirectAccess(learner, stale_version_gap=t.max_policy_lag)
+        return AsyncLearner(learner, queue_size=t.learner_queue_size, max_policy_lag=t.max_policy_lag,
+                            broadcast_interval=t.broadcast_interval, batch_env_steps=t.train_batch_size,
+                            env_steps_sampled=lambda: self.run_state.env_steps_sampled,
+                            counters=self.run_state.algo_counters, locked_reads=self.learner_group is None)
+
+    def runner_weights_lag(self) -> int:
+        """The runner group keeps every sample (the learner drops stale ones); deterministic:
+        it samples with the current weights only."""
+        return 0 if self.config.training_cfg.deterministic else 1 << 30
 
     # ------------------------------------------------------------------ one reporting window
 
     def training_iteration(self) -> dict[str, Any]:
         if self.config.training_cfg.deterministic:
             return self._pipelined_update()
-        thread = self._learner_thread()
+        learner = self.learner_access
+        assert isinstance(learner, AsyncLearner)
         t0 = time.monotonic()
         min_time = self.config.reporting_cfg.min_time_s_per_iteration
         window = 1.0 if min_time is None else float(min_time)
         # a window with no update (every sample dropped, a learner mesh re-forming) still
         # ends and is reported (num_learner_updates_this_iter 0) after this long
         longest = max(10.0 * window, STALLED_WINDOW_S)
-        updates_before = thread.num_updates
+        updates_before = learner.num_updates
         sample_s = 0.0
         while True:
             t = time.monotonic()
-            self._sample_into_queue(thread)
+            self._sample_into_queue(learner)
             sample_s += time.monotonic() - t
             elapsed = time.monotonic() - t0
-            if (thread.num_updates > updates_before and elapsed >= window) or elapsed >= longest:
+            if (learner.num_updates > updates_before and elapsed >= window) or elapsed >= longest:
                 break
-        stats = thread.take_window()
+        stats = learner.take_window()
         self.env_steps_trained += int(stats.pop("env_steps_trained_this_iter"))
         stats["timers"] = {"sample_s": sample_s, "iteration_s": time.monotonic() - t0}
-        return {**stats, **self.counters}
+        return {**stats, **self.run_state.algo_counters}
 
-    def _learner_thread(self) -> LearnerThread:
-        if self._thread is None:
-            t = self.config.training_cfg
-            self._thread = LearnerThread(self.learner, queue_size=t.learner_queue_size,
-                                         max_policy_lag=t.max_policy_lag, broadcast_interval=t.broadcast_interval,
-                                         env_steps_sampled=lambda: self.env_steps_sampled, counters=self.counters)
-        return self._thread
-
-    def _sample_into_queue(self, thread: LearnerThread) -> None:
+    def _sample_into_queue(self, learner: AsyncLearner) -> None:
         """Take what the runners finished (sampling on with the newest published weights),
         fill train batches, queue the full ones (waiting while the queue is full)."""
-        thread.raise_error()
-        version = thread.published[0]
-        runner = self.local_runner
-        group = self.env_runner_group
-        if (runner.weights_version if runner is not None else group.latest_version) != version:
+        learner.raise_error()
+        if self.runners.sampling_version() != learner.weights_for_runners()[0]:
             self.sync_weights()  # runners pick the newest weights up between fragments
         results: list[dict[str, Any]] = []
+        runner, group = self.local_runner, self.env_runner_group
         if runner is not None:
             results.append(runner.sample())
         else:
+            assert group is not None
             if not group.healthy():
                 group.wait_for_healthy()
             results = group.harvest().results  # at the version just synced
@@ -345,19 +376,17 @@ class IMPALA(Algorithm):
         for result in results:
             fragment = self._usable_fragment(result)
             if fragment is not None:
-                self._pending.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)))
-        batch_steps = self.config.training_cfg.train_batch_size
-        while self._pending.num_env_steps >= batch_steps:
-            batch, self._pending = self._pending, TrainBatch()
-            while not thread.put(batch, timeout_s=0.1):  # back-pressure: the runners wait
-                if self.env_runner_group is not None:
-                    self.env_runner_group.poll_recoveries()
+                learner.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)))
+        learner.queue_full_batches(while_full=self._poll_recoveries)  # back-pressure: the runners wait
+
+    def _poll_recoveries(self) -> None:
+        if self.env_runner_group is not None:
+            self.env_runner_group.poll_recoveries()
 
     def _usable_fragment(self, result: dict[str, Any]) -> dict[str, Any] | None:
         """Bookkeeping for one sample result; its fragment, unless it is not to be used."""
-        dropped = bool(result.get("dropped", False))
-        self._record(result, used=not dropped)
-        if dropped:
+        self.run_state.record_sample(result)
+        if result.get("dropped", False):
             return None
         fragment = result["batch"]
         return fragment if self._usable(fragment, result) else None
@@ -370,7 +399,7 @@ class IMPALA(Algorithm):
         except (ValueError, TypeError) as e:
             bad = [str(e)]
         if bad:
-            self.counters["num_samples_invalid"] += 1
+            self.run_state.algo_counters["num_samples_invalid"] += 1
             log.warning("dropping a fragment of %s: not finite or malformed (%s)",
                         result.get("runner", "the local runner"), ", ".join(bad))
             return False
@@ -393,7 +422,8 @@ class IMPALA(Algorithm):
             fragment = self._usable_fragment(result)
             if fragment is not None:
                 batch.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)))
-        fragments, lags = within_lag(batch, current, self.config.training_cfg.max_policy_lag, self.counters)
+        counters = self.run_state.algo_counters
+        fragments, lags = within_lag(batch, current, self.config.training_cfg.max_policy_lag, counters)
         learn: dict[str, Any] = {"num_samples": 0, "weights_version": current}
         if fragments:
             learn = self.learner.update(fragments, env_steps_sampled=self.env_steps_sampled)
@@ -407,7 +437,7 @@ class IMPALA(Algorithm):
             "learner_busy_share": (t2 - t1) / max(1e-9, t2 - t0),
             "timers": {"sample_s": t1 - t0, "learn_s": t2 - t1},
         }
-        return {**stats, **self.counters}
+        return {**stats, **counters}
 
     def _start_round(self) -> None:
         """Sync the learner's weights; one sample request to every healthy runner."""
@@ -430,57 +460,3 @@ class IMPALA(Algorithm):
             if group.in_flight() == 0 or remaining <= 0:
                 return results
             group.wait_any(min(0.5, remaining))
-
-    # ------------------------------------------------------------------ the learner thread's neighbours
-
-    def weights_for_runners(self) -> tuple[int, np.ndarray]:
-        """The newest published weights (the learner's own before the thread runs)."""
-        if self._thread is None:
-            return super().weights_for_runners()
-        return self._thread.published
-
-    def _learner_at_rest(self) -> contextlib.AbstractContextManager:
-        """Held while the in-process learner is read from the driver's thread: never mid-update
-        (a learner group serves its reads itself)."""
-        if self._thread is None or self.learner_group is not None:
-            return contextlib.nullcontext()
-        return self._thread.lock
-
-    def learner_paused(self) -> contextlib.AbstractContextManager:
-        """The learner thread's lock (an in-process learner or a learner group): no update
-        runs while an exploit swaps the learner's state and hyperparameters."""
-        return self._thread.lock if self._thread is not None else contextlib.nullcontext()
-
-    def publish_weights(self) -> None:
-        """The learner's weights (just loaded by an exploit) are the runners' next ones."""
-        if self._thread is not None:
-            self._thread.published = self.learner.get_weights()
-
-    def stale_version_gap(self) -> int:
-        """Staleness is the learner's call here (`max_policy_lag`; the runner group keeps all)."""
-        return int(self.config.training_cfg.max_policy_lag)
-
-    def _learner_source(self) -> Any:
-        with self._learner_at_rest():
-            return super()._learner_source()
-
-    def get_state(self) -> dict[str, Any]:
-        with self._learner_at_rest():
-            return super().get_state()
-
-    def get_weights(self) -> tuple[int, np.ndarray]:
-        with self._learner_at_rest():
-            return super().get_weights()
-
-    def get_algo_counters(self) -> dict[str, int]:
-        """The counters a driver state keeps (ftrl.rl.driver.state)."""
-        return dict(self.counters)
-
-    def set_algo_counters(self, counters: dict[str, Any]) -> None:
-        for key in self.counters:
-            self.counters[key] = int(counters.get(key, 0))
-
-    def stop(self, kill_actors: bool = True) -> None:
-        if self._thread is not None:
-            self._thread.stop()
-        super().stop(kill_actors)

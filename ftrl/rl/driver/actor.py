@@ -69,7 +69,7 @@ from typing import Any
 
 from ftrl.client.jobs import FINAL_STAGES
 from ftrl.config import load_job
-from ftrl.rl.driver.algorithm import RunEnded
+from ftrl.rl.driver.boundary import RunEnded
 from ftrl.rl.driver.checkpoint import CheckpointManager
 from ftrl.rl.driver.job_link import JobLink
 from ftrl.rl.driver.metrics import json_safe

@@ -1,10 +1,11 @@
-"""An Algorithm's state: what the driver keeps durable, how a run resumes from the
-newest state that still exists, and when a run may continue from a state at all.
+"""The driver's durable state: what it keeps of a run (its `RunState`,
+ftrl.rl.driver.run_state), how a run resumes from the newest state that still exists,
+and when a run may continue from a state at all.
 
-    state = get_state(algo)            # checkpoint: driver state + learner state (CHECKPOINT_FORMAT)
-    small = driver_state(algo)         # every iteration (StateWriter): no learner tensors
-    path = save_checkpoint(algo)       # output_dir/checkpoints/checkpoint_<iteration>.ftrl
-    resume(algo)                       # newest state -> counters, filter, learner; rows kept
+    state = {**driver_state(run, ...), "learner": learner_state}   # a checkpoint (CHECKPOINT_FORMAT)
+    small = driver_state(run, ...)      # every iteration (StateWriter): no learner tensors
+    path = save_checkpoint(run, checkpoints, state)   # output_dir/checkpoints/checkpoint_<iteration>.ftrl
+    resume(run, output, ...)            # newest state -> counters, filter, learner; rows kept
 
 The **driver state** of an iteration holds the counters (iteration, env steps, training
 time, the runners' and learners' failure counters), the config and space spec, the
@@ -43,31 +44,33 @@ learners): a resumed PBT trial keeps the hyperparameters PBT gave it.
 observation filter, model or spaces. `checkpoint_summary` is what a checkpoint is
 reported as (its path, iteration, env steps, return, weights version).
 
-The `Algorithm` methods (`get_state`, `set_state`, `save_checkpoint`, `check_compatible`,
-`_resume`) delegate here; the functions call back through those methods, so a subclass
-that overrides one of them still sees it used.
+The functions take the run state and the parts they read (the runners and the learner
+group through the small Protocols below, the learner, the output directory), never the
+Algorithm; what the Algorithm decides (whether a state fits it, how live
+hyperparameters are applied) comes in as callables.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.config.keys import check_fixed_on_resume
 from ftrl.rl.driver.checkpoint import CheckpointManager
-from ftrl.rl.driver.state_writer import load_state_file
+from ftrl.rl.driver.learner_access import LearnerAccess
+from ftrl.rl.driver.output import RunOutput
+from ftrl.rl.driver.run_state import RunState
+from ftrl.rl.driver.state_writer import LearnerSource, load_state_file
 from ftrl.rl.rng_state import global_rng_from_wire, global_rng_to_wire
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.util.run_dir import CHECKPOINT_DIR, DRIVER_STATE_FILE, LEARNER_STATE_FILE
 from ftrl.wire.errors import ConfigError
-
-if TYPE_CHECKING:
-    from ftrl.rl.driver.algorithm import Algorithm
 
 log = logging.getLogger(__name__)
 
@@ -77,73 +80,112 @@ _ROW_RUNNER_COUNTERS = ("num_env_runner_restarts", "num_env_runner_failures", "n
                         "num_samples_late", "num_samples_dropped", "env_steps_dropped", "num_samples_lost")
 
 
+class RunnerRecords(Protocol):
+    """What the state functions read and restore of the runners (`RunnerSet`)."""
+
+    def counters(self) -> dict[str, Any]: ...
+
+    def restore_counters(self, saved: dict[str, Any]) -> None: ...
+
+    def known_incarnations(self) -> dict[str, Any]: ...
+
+    def newest_synced_filter(self) -> tuple[int, dict[str, Any]] | None: ...
+
+
+class LearnerGroupRecords(Protocol):
+    """What the state functions read and restore of a learner group (`LearnerGroup`)."""
+
+    def get_counters(self) -> dict[str, int]: ...
+
+    def set_counters(self, counters: dict[str, Any]) -> None: ...
+
+    def counters_from_row(self, row: dict[str, Any]) -> dict[str, int]: ...
+
+    def known_incarnations(self) -> list[dict[str, Any]]: ...
+
+    def remember_previous(self, previous: list[dict[str, Any]]) -> None: ...
+
+    def resume_at(self, version: int, fallback: dict[str, Any] | None) -> None: ...
+
+    def state_at(self, version: int) -> dict[str, Any] | None: ...
+
+
+class StatefulLearner(Protocol):
+    """A learner's state, as the state functions restore it."""
+
+    @property
+    def version(self) -> int: ...
+
+    def set_state(self, state: dict[str, Any]) -> None: ...
+
+
+#: Called with the state's live hyperparameters (the Algorithm's `apply_hyperparams`).
+ApplyHyperparams = Callable[[dict[str, Any]], Any]
+
+
 # --------------------------------------------------------------------------- state
 
 
-def driver_state(algo: Algorithm) -> dict[str, Any]:
+def driver_state(run: RunState, *, algo_name: str, learner_version: int, runners: RunnerRecords,
+                 learner_group: LearnerGroupRecords | None) -> dict[str, Any]:
     """The state of the iteration just finished, without the learner's tensors (msgpack +
     numpy only), with its metrics row (a resume writes a row its state has and
     metrics.jsonl lacks)."""
-    group = algo.learner_group
-    row = algo.last_row if algo.last_row is not None and algo.last_row.get("iteration") == algo.iteration else None
     return {
         "format": CHECKPOINT_FORMAT,
-        "algo": algo.config.algo_name,
-        "iteration": algo.iteration,
-        "env_steps_sampled": algo.env_steps_sampled,
-        "env_steps_trained": algo.env_steps_trained,
-        "time_s": algo.time_s,
-        "config": algo.config_dict,
-        "space_spec": algo.spec_dict,
-        "learner_version": algo.learner_version,
-        "learner_counters": group.get_counters() if group is not None else {},
-        "filter": algo.filter.get_state(),
-        "episodes": algo.episodes.get_state(),
-        "runner_counters": runner_counters(algo),
-        "actors": known_actors(algo),
+        "algo": algo_name,
+        "iteration": run.iteration,
+        "env_steps_sampled": run.env_steps_sampled,
+        "env_steps_trained": run.env_steps_trained,
+        "time_s": run.time_s,
+        "config": run.config_dict,
+        "space_spec": run.spec_dict,
+        "learner_version": learner_version,
+        "learner_counters": learner_group.get_counters() if learner_group is not None else {},
+        "filter": run.filter.get_state(),
+        "episodes": run.episodes.get_state(),
+        "runner_counters": runners.counters(),
+        "actors": known_actors(runners, learner_group),
         "rng": global_rng_to_wire(),
-        "algo_counters": algo.get_algo_counters(),
-        "hyperparams": dict(algo.hyperparams),
-        "row": row,
+        "algo_counters": dict(run.algo_counters),
+        "hyperparams": dict(run.hyperparams),
+        "row": run.newest_row(),
         "saved_at": time.time(),
     }
 
 
-def get_state(algo: Algorithm) -> dict[str, Any]:
-    """Everything a checkpoint of `algo` holds (msgpack + numpy only)."""
-    return {**driver_state(algo), "learner": algo.learner.get_state()}
+def set_state(run: RunState, state: dict[str, Any], *, learner: StatefulLearner,
+              learner_group: LearnerGroupRecords | None, apply_hyperparams: ApplyHyperparams) -> None:
+    """Restore from a checkpoint (`{**driver_state, "learner": ...}`, already found to
+    fit the run); the learner takes the state's learner as it is."""
+    learner.set_state(state["learner"])
+    apply_driver_state(run, state, learner_group=learner_group, apply_hyperparams=apply_hyperparams)
 
 
-def set_state(algo: Algorithm, state: dict[str, Any]) -> None:
-    """Restore `algo` from `get_state()` output (refused by `algo.check_compatible`);
-    the learner takes the state's learner as it is."""
-    algo.check_compatible(state)
-    algo.learner.set_state(state["learner"])
-    _set_driver_state(algo, state)
-
-
-def _set_driver_state(algo: Algorithm, state: dict[str, Any]) -> None:
+def apply_driver_state(run: RunState, state: dict[str, Any], *, learner_group: LearnerGroupRecords | None,
+                       apply_hyperparams: ApplyHyperparams) -> None:
     """Everything but the learner: counters, filter, episodes, RNG; the runners' counters
     and incarnations are applied once the runners exist (`restore_runner_counters`)."""
-    algo.filter.set_state(state["filter"])
-    algo.episodes.set_state(state["episodes"])
-    algo.iteration = int(state["iteration"])
-    algo.env_steps_sampled = int(state["env_steps_sampled"])
-    algo.env_steps_trained = int(state.get("env_steps_trained", 0))
-    algo.time_base = float(state.get("time_s", 0.0))
-    algo.saved_runner_counters = state.get("runner_counters") or {}
-    algo.saved_actors = state.get("actors") or {}
-    group = algo.learner_group
-    if group is not None:
-        group.set_counters(state.get("learner_counters") or {})
-        group.remember_previous(algo.saved_actors.get("learners") or [])
+    run.filter.set_state(state["filter"])
+    run.episodes.set_state(state["episodes"])
+    run.iteration = int(state["iteration"])
+    run.env_steps_sampled = int(state["env_steps_sampled"])
+    run.env_steps_trained = int(state.get("env_steps_trained", 0))
+    run.time_base = float(state.get("time_s", 0.0))
+    run.saved_runner_counters = state.get("runner_counters") or {}
+    run.saved_actors = state.get("actors") or {}
+    if learner_group is not None:
+        learner_group.set_counters(state.get("learner_counters") or {})
+        learner_group.remember_previous(run.saved_actors.get("learners") or [])
     global_rng_from_wire(state.get("rng") or {})
-    algo.set_algo_counters(state.get("algo_counters") or {})
-    algo.last_checkpoint_iteration = algo.iteration
+    algo_counters = state.get("algo_counters") or {}
+    for key in run.algo_counters:
+        run.algo_counters[key] = int(algo_counters.get(key, 0))
+    run.last_checkpoint_iteration = run.iteration
     hyperparams = state.get("hyperparams") or {}
     if hyperparams:  # a PBT trial keeps what its exploits gave it
         try:
-            algo.apply_hyperparams(hyperparams)
+            apply_hyperparams(hyperparams)
         except ConfigError as e:
             raise ConfigError(f"cannot resume: the state's hyperparameters {hyperparams} do not fit this "
                               f"run's config: {e}") from e
@@ -182,14 +224,12 @@ def checkpoint_summary(state: dict[str, Any], path: str | Path) -> dict[str, Any
 # --------------------------------------------------------------------------- save & resume
 
 
-def save_checkpoint(algo: Algorithm) -> Path:
-    """Write a checkpoint of `algo`'s current iteration under output_dir/checkpoints."""
-    if algo.checkpoints is None:
-        raise ConfigError("no output_dir: nowhere to write checkpoints")
-    state = algo.get_state()
-    path = algo.checkpoints.save(algo.iteration, state)
-    algo.last_checkpoint_iteration = algo.iteration
-    algo.last_checkpoint_summary = checkpoint_summary(state, path)
+def save_checkpoint(run: RunState, checkpoints: CheckpointManager, state: dict[str, Any]) -> Path:
+    """Write `state` (a checkpoint of the run's current iteration) under checkpoints/."""
+    path = checkpoints.save(run.iteration, state)
+    run.last_checkpoint_iteration = run.iteration
+    run.last_checkpoint_summary = checkpoint_summary(state, path)
+    run.last_checkpoint = path
     log.debug("checkpoint %s", path)
     return path
 
@@ -210,147 +250,134 @@ def newest_state(output_dir: str | Path) -> tuple[dict[str, Any], Path] | None:
     return max(found, key=lambda sp: int(sp[0].get("iteration", 0)))  # first wins a tie
 
 
-def forget_saved_state(output_dir: str | Path) -> None:
-    """A fresh run in `output_dir`: the driver and learner state of an earlier run go."""
-    for name in (DRIVER_STATE_FILE, LEARNER_STATE_FILE):
-        (Path(output_dir) / name).unlink(missing_ok=True)
-
-
-def resume(algo: Algorithm, known_row: dict[str, Any] | None = None) -> None:
-    """Continue `algo` from the newest state under output_dir (module docstring);
+def resume(run: RunState, output: RunOutput, *, learner: StatefulLearner, learner_group: LearnerGroupRecords | None,
+           check_compatible: Callable[[dict[str, Any]], None], apply_hyperparams: ApplyHyperparams,
+           known_row: dict[str, Any] | None = None) -> None:
+    """Continue the run from the newest state under `output` (module docstring);
     `known_row`: the newest row the coordinator holds for this job, if any."""
-    if algo.output_dir is None or algo.metrics_log is None:
-        raise ConfigError("resume needs an output directory")
-    dropped = algo.metrics_log.drop_torn_lines()
+    log_ = output.metrics_log
+    dropped = log_.drop_torn_lines()
     if dropped:
-        log.warning("dropped %d torn lines from %s", dropped, algo.metrics_log.path)
-    state, algo.restored_from = newest_state(algo.output_dir) or (None, None)
+        log.warning("dropped %d torn lines from %s", dropped, log_.path)
+    state, run.restored_from = newest_state(output.directory) or (None, None)
     wanted: int | None = None
     if state is not None:
-        algo.check_compatible(state)
-        _set_driver_state(algo, state)
+        check_compatible(state)
+        apply_driver_state(run, state, learner_group=learner_group, apply_hyperparams=apply_hyperparams)
         # a driver state names the learner's version; a checkpoint holds the learner itself
         wanted = int(state["learner_version"]) if "learner_version" in state else int(state["learner"]["version"])
-        algo.filter_version = wanted  # the filter restored is the one synced with these weights
+        run.filter_version = wanted  # the filter restored is the one synced with these weights
         row = state.get("row")
-        last = algo.metrics_log.last()
-        if row and (last is None or last["iteration"] < algo.iteration):
-            algo.metrics_log.append(row)  # its state was durable, its row not yet (nor reported)
-            algo.rows_to_report.append(row)
-    newest = max((r for r in (algo.metrics_log.last(), known_row) if r and isinstance(r.get("iteration"), int)),
+        last = log_.last()
+        if row and (last is None or last["iteration"] < run.iteration):
+            log_.append(row)  # its state was durable, its row not yet (nor reported)
+            run.rows_to_report.append(row)
+    newest = max((r for r in (log_.last(), known_row) if r and isinstance(r.get("iteration"), int)),
                  key=lambda r: r["iteration"], default=None)
-    if newest is not None and newest["iteration"] > algo.iteration:
+    if newest is not None and newest["iteration"] > run.iteration:
         log.warning("the newest state is iteration %d but iteration %d was reported: the counters go on "
-                    "from there", algo.iteration, newest["iteration"])
-        _counters_from_row(algo, newest)
+                    "from there", run.iteration, newest["iteration"])
+        _counters_from_row(run, newest, learner_group)
         if isinstance(newest.get("weights_version"), int):
             wanted = int(newest["weights_version"])
     if wanted is None:
-        log.warning("no state under %s: starting fresh", algo.output_dir)
+        log.warning("no state under %s: starting fresh", output.directory)
         return
-    last = algo.metrics_log.last()
-    algo.last_row = last if last is not None and last["iteration"] == algo.iteration else None
-    _restore_learner(algo, wanted, state)
+    last = log_.last()
+    run.last_row = last if last is not None and last["iteration"] == run.iteration else None
+    _restore_learner(output, wanted, state, learner, learner_group)
     log.info("resumed from %s (iteration %d, %d env steps, learner version %d)",
-             algo.restored_from or "metrics rows", algo.iteration, algo.env_steps_sampled, algo.learner_version)
+             run.restored_from or "metrics rows", run.iteration, run.env_steps_sampled, int(learner.version))
 
 
-def _restore_learner(algo: Algorithm, wanted: int, state: dict[str, Any] | None) -> None:
+def _restore_learner(output: RunOutput, wanted: int, state: dict[str, Any] | None, learner: StatefulLearner,
+                     learner_group: LearnerGroupRecords | None) -> None:
     """The learner at weights version `wanted`, from the first source that has it
     (module docstring); older weights only when nothing has that version."""
-    assert algo.output_dir is not None
-    candidates = [load_state_file(algo.output_dir / LEARNER_STATE_FILE), (state or {}).get("learner")]
-    if not any(_has_version(c, wanted) for c in candidates) and algo.checkpoints is not None:
-        checkpoint = algo.checkpoints.load_latest()  # an older state: it may still hold it
+    candidates = [load_state_file(output.directory / LEARNER_STATE_FILE), (state or {}).get("learner")]
+    if not any(_has_version(c, wanted) for c in candidates):
+        checkpoint = output.checkpoints.load_latest()  # an older state: it may still hold it
         candidates.append(checkpoint[0].get("learner") if checkpoint is not None else None)
     candidates = [c for c in candidates if isinstance(c, dict) and isinstance(c.get("version"), int)]
     exact = next((c for c in candidates if _has_version(c, wanted)), None)
     fallback = exact or max(candidates, key=lambda c: int(c["version"]), default=None)
-    group = algo.learner_group
-    if group is not None:
-        group.resume_at(wanted, fallback)  # live learners holding `wanted` come first
+    if learner_group is not None:
+        learner_group.resume_at(wanted, fallback)  # live learners holding `wanted` come first
         return
     if fallback is None:
-        log.warning("no learner state of version %d under %s: the learner starts fresh", wanted, algo.output_dir)
+        log.warning("no learner state of version %d under %s: the learner starts fresh", wanted, output.directory)
         return
     if exact is None:
         log.warning("no learner state of version %d under %s: continuing from version %d", wanted,
-                    algo.output_dir, int(fallback["version"]))
-    algo.learner.set_state(fallback)
+                    output.directory, int(fallback["version"]))
+    learner.set_state(fallback)
 
 
 def _has_version(learner_state: Any, version: int) -> bool:
     return isinstance(learner_state, dict) and learner_state.get("version") == version
 
 
-def _counters_from_row(algo: Algorithm, row: dict[str, Any]) -> None:
+def _counters_from_row(run: RunState, row: dict[str, Any], learner_group: LearnerGroupRecords | None) -> None:
     """Continue the counters from a metrics row newer than the state."""
-    algo.iteration = int(row["iteration"])
-    algo.env_steps_sampled = int(row.get("env_steps_sampled") or algo.env_steps_sampled)
-    algo.env_steps_trained = int(row.get("env_steps_trained") or algo.env_steps_trained)
-    algo.time_base = max(algo.time_base, float(row.get("time_s") or 0.0))
-    algo.episodes.episodes_total = max(algo.episodes.episodes_total, int(row.get("episodes_total") or 0))
+    run.iteration = int(row["iteration"])
+    run.env_steps_sampled = int(row.get("env_steps_sampled") or run.env_steps_sampled)
+    run.env_steps_trained = int(row.get("env_steps_trained") or run.env_steps_trained)
+    run.time_base = max(run.time_base, float(row.get("time_s") or 0.0))
+    run.episodes.episodes_total = max(run.episodes.episodes_total, int(row.get("episodes_total") or 0))
     counters = {k: int(row[k]) for k in _ROW_RUNNER_COUNTERS if isinstance(row.get(k), int)}
-    algo.saved_runner_counters = {**algo.saved_runner_counters, "env_runners": counters}
-    algo.saved_actors = {}  # its incarnations are not known: nothing to reconcile against
-    group = algo.learner_group
-    if group is not None:
-        group.set_counters(group.counters_from_row(row))
-    algo.last_checkpoint_iteration = -1
+    run.saved_runner_counters = {**run.saved_runner_counters, "env_runners": counters}
+    run.saved_actors = {}  # its incarnations are not known: nothing to reconcile against
+    if learner_group is not None:
+        learner_group.set_counters(learner_group.counters_from_row(row))
+    run.last_checkpoint_iteration = -1
+
+
+def learner_source(run: RunState, access: LearnerAccess, learner_group: LearnerGroupRecords | None) -> LearnerSource:
+    """The learner state to write beside the driver state, when its version changed:
+    copied now from an in-process learner (between two updates), fetched by the writer
+    from a learner group."""
+    with access.at_rest():
+        version = access.version
+        if version == run.persisted_learner_version:
+            return None
+        run.persisted_learner_version = version
+        if learner_group is None:
+            return access.get_state()
+    return lambda: learner_group.state_at(version)
 
 
 # --------------------------------------------------------------------------- runners and learners
 
 
-def known_actors(algo: Algorithm) -> dict[str, Any]:
+def known_actors(runners: RunnerRecords, learner_group: LearnerGroupRecords | None) -> dict[str, Any]:
     """The incarnation (and the runtime's restart count) of each runner and learner the
     driver knows, by group (what `EnvRunnerGroup.reconcile` and the learner group compare
     a resumed driver's actors to)."""
-    out: dict[str, Any] = {}
-    for key, group in (("env_runners", algo.env_runner_group), ("eval_runners", algo.eval_runner_group),
-                       ("learners", algo.learner_group)):
-        if group is not None:
-            out[key] = group.known_incarnations()
+    out = runners.known_incarnations()
+    if learner_group is not None:
+        out["learners"] = learner_group.known_incarnations()
     return out
 
 
-def runner_counters(algo: Algorithm) -> dict[str, Any]:
-    """The env runners' failure counters, as a checkpoint holds them."""
-    out: dict[str, Any] = {}
-    if algo.env_runner_group is not None:
-        out["env_runners"] = algo.env_runner_group.get_counters()
-    if algo.eval_runner_group is not None:
-        out["eval_runners"] = algo.eval_runner_group.get_counters()
-    if algo.local_runner is not None:
-        out["local_sub_env_restarts"] = algo.local_runner.num_sub_env_restarts
-    return out
-
-
-def restore_runner_counters(algo: Algorithm) -> None:
+def restore_runner_counters(run: RunState, runners: RunnerRecords) -> None:
     """Failure counters continue across a resume (they never go backwards). Called once
     the runners exist (their `start` counted the ones that restarted meanwhile), with
-    what `set_state` kept aside."""
-    saved = algo.saved_runner_counters
-    for key, group in (("env_runners", algo.env_runner_group), ("eval_runners", algo.eval_runner_group)):
-        if group is not None and key in saved:
-            group.set_counters(saved[key])
-    if algo.local_runner is not None and "local_sub_env_restarts" in saved:
-        algo.local_runner.num_sub_env_restarts += int(saved["local_sub_env_restarts"])
+    what the resumed state kept aside."""
+    runners.restore_counters(run.saved_runner_counters)
 
 
-def adopt_runner_filter(algo: Algorithm) -> None:
+def adopt_runner_filter(run: RunState, runners: RunnerRecords) -> None:
     """After a resume: a runner that the previous driver synced after the state it
     resumed from (that state was lost) holds the newer central observation filter."""
-    group = algo.env_runner_group
-    if group is None or algo.restored_from is None or algo.filter.kind == "NoFilter":
+    if run.restored_from is None or run.filter.kind == "NoFilter":
         return
-    newest = group.newest_synced_filter()
-    if newest is None or newest[0] <= algo.filter_version:
+    newest = runners.newest_synced_filter()
+    if newest is None or newest[0] <= run.filter_version:
         return
     try:
-        algo.filter.set_state(newest[1])
+        run.filter.set_state(newest[1])
     except ValueError as e:
         log.warning("ignoring the runners' observation filter: %s", e)
         return
     log.info("observation filter taken from a runner synced at version %d (the state's is of version %d)",
-             newest[0], algo.filter_version)
+             newest[0], run.filter_version)

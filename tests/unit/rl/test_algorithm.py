@@ -276,21 +276,22 @@ def test_driver_runs_a_job_in_the_background_and_stops_on_request(tmp_path):
 
 
 def test_scaling_learners_that_share_a_gpu_beyond_one_is_refused():
-    from ftrl.rl.learning.learner_group import LearnerGroup
+    from ftrl.rl.driver.learner_access import scale_learner_group
 
-    class Group(LearnerGroup):
-        def __init__(self) -> None:  # no actors: only what scale_learners calls
+    class Group:  # what scale_learner_group calls of a learner group
+        def __init__(self) -> None:
             self.sizes: list[int] = []
 
         def scale(self, n: int) -> None:
             self.sizes.append(n)
 
     cfg = PPOConfig().environment("CartPole-v1").learners(num_learners=1, num_gpus_per_learner=0.5)
-    algo = PPO.__new__(PPO)
-    algo.config, algo.learner = cfg, Group()
+    group = Group()
     with pytest.raises(ConfigError, match="cannot form an NCCL group"):
-        algo.scale_learners(2)
-    algo.scale_learners(1)
+        scale_learner_group(cfg, group, 2)
+    scale_learner_group(cfg, group, 1)
     cfg.learners(num_gpus_per_learner=1)
-    algo.scale_learners(3)
-    assert algo.learner.sizes == [1, 3]
+    scale_learner_group(cfg, group, 3)
+    assert group.sizes == [1, 3]
+    with pytest.raises(ConfigError, match="no learner group"):
+        scale_learner_group(cfg, None, 2)

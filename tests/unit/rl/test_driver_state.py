@@ -17,6 +17,7 @@ from ftrl.rl.driver.checkpoint import decode_checkpoint
 from ftrl.rl.driver.metrics import MetricsLog
 from ftrl.rl.driver.state_writer import DRIVER_STATE_FILE, LEARNER_STATE_FILE, StateWriter
 from ftrl.rl.learning.learner_group import LearnerGroup
+from ftrl.rl.learning.learner_health import LearnerHealth
 from ftrl.rl.sampling.runner_set import FailurePolicy, RunnerSet
 from tests.local_client import LocalClient
 
@@ -180,35 +181,48 @@ def test_runners_restarted_while_the_driver_was_away_count_once_from_the_state()
 
 
 def test_learners_restarted_while_the_driver_was_away_count_as_restarts_and_failures():
-    group = object.__new__(LearnerGroup)
-    for attr in LearnerGroup._COUNTERS:
-        setattr(group, attr, 0)
-    group._incarnations, group._failed, group._creating = {}, set(), {}
-    group.client = SimpleNamespace(actor=lambda name: {"restarts": 3})
-    group.slots = [SimpleNamespace(name="j/learner/0", handle=object(), incarnation=1001, runtime_restarts=1),
-                   SimpleNamespace(name="j/learner/1", handle=object(), incarnation=2, runtime_restarts=0)]
-    group.remember_previous([{"name": "j/learner/0", "incarnation": 1, "restarts": 0},
-                             {"name": "j/learner/1", "incarnation": 2, "restarts": 0}])
-    assert (group.num_learner_restarts, group.num_learner_failures) == (1, 1)
+    health = LearnerHealth("j/learner", actor_info=lambda name: {"restarts": 3})
+    # learner 0 was re-attached under another incarnation (it moved), learner 1 as it was
+    health.remember_previous([{"name": "j/learner/0", "incarnation": 1, "restarts": 0},
+                              {"name": "j/learner/1", "incarnation": 2, "restarts": 0}],
+                             attached=[("j/learner/0", 1001, 1), ("j/learner/1", 2, 0)])
+    assert (health.num_learner_restarts, health.num_learner_failures) == (1, 1)
     # later a restart the driver sees itself: its failed call was counted, the restart is
-    group._note_failures({"j/learner/1": RuntimeError("not an FtrlError: not counted")})
+    health.note_failures({"j/learner/1": RuntimeError("not an FtrlError: not counted")})
     from ftrl.wire.errors import ActorUnavailableError
 
-    group._note_failures({"j/learner/1": ActorUnavailableError("gone")})
-    assert group.num_learner_failures == 2
-    group._note_incarnations({"members": [{"name": "j/learner/1", "incarnation": 3}], "waiting": []})
-    assert (group.num_learner_restarts, group.num_learner_failures) == (4, 4)  # runtime says 3 restarts
-    assert {d["name"]: d["incarnation"] for d in group.known_incarnations()} == {"j/learner/0": 1001,
-                                                                                 "j/learner/1": 3}
-    counters = group.get_counters()
-    fresh = object.__new__(LearnerGroup)
-    for attr in LearnerGroup._COUNTERS:
-        setattr(fresh, attr, 0)
+    health.note_failures({"j/learner/1": ActorUnavailableError("gone")})
+    assert health.num_learner_failures == 2
+    health.note_view({"members": [{"name": "j/learner/1", "incarnation": 3}], "waiting": []})
+    assert (health.num_learner_restarts, health.num_learner_failures) == (4, 4)  # runtime says 3 restarts
+    assert {d["name"]: d["incarnation"] for d in health.known_incarnations()} == {"j/learner/0": 1001,
+                                                                                  "j/learner/1": 3}
+    counters = health.get_counters()
+    fresh = LearnerHealth("j/learner", actor_info=lambda name: {})
     fresh.set_counters(counters)
     assert fresh.get_counters() == counters
     row = {"num_learner_restarts": 4, "num_learner_failures": 4, "num_learner_reformations": 2}
     assert LearnerGroup.counters_from_row(row) == {"num_learner_restarts": 4, "num_learner_failures": 4,
                                                    "num_reformations": 2}
+
+
+def test_a_learner_group_reports_its_incarnations_and_counters_through_its_health():
+    """What the driver state reads of a learner group (get_counters, known_incarnations,
+    remember_previous) is its LearnerHealth's; re-attached learners are adopted again."""
+    from tests.fixtures.digest_inputs import CASES
+
+    config = PPOConfig().environment("CartPole-v1").learners(num_learners=2)
+    group = LearnerGroup(SimpleNamespace(actor=lambda name: {"restarts": 0}), config, job_name="j",
+                         space_spec=CASES["cartpole"], learner_class="ftrl.rl.algorithms.ppo:PPOLearner")
+    for slot, incarnation in zip(group.slots, (1001, 2), strict=True):  # re-attached before the state was read
+        slot.handle, slot.incarnation = object(), incarnation
+    group.remember_previous([{"name": "j/learner/0", "incarnation": 1, "restarts": 0},
+                             {"name": "j/learner/1", "incarnation": 2, "restarts": 0}])
+    assert group.get_counters()["num_learner_restarts"] == 1
+    assert [d["incarnation"] for d in group.known_incarnations()] == [1001, 2]
+    group.set_counters({"num_learner_restarts": 5, "num_reformations": 2})
+    assert group.stats()["num_learner_restarts"] == 6 and group.stats()["num_learner_reformations"] == 2
+    group.stop(kill=False)
 
 
 # --------------------------------------------------------------------------- filters

@@ -1,27 +1,34 @@
-"""The learner side of the asynchronous actor-learner family (IMPALA, APPO): a thread
-of the driver that takes train batches off a bounded queue and updates the learner.
+"""AsyncLearner: the learner of the asynchronous actor-learner family (IMPALA, APPO)
+behind a thread of the driver that takes train batches off a bounded queue.
 
-    sampling (the driver thread)             learning (LearnerThread)
-    harvest fragments from the runners  -->  queue of <= learner_queue_size batches
+    sampling (the driver thread)             learning (the learner thread)
+    harvest fragments from the runners  -->  add() fills train batches; queue_full_batches()
+                                             queues them: <= learner_queue_size wait
     sync the newest published weights   <--  update; publish weights every
     to each runner between fragments         broadcast_interval updates
 
 The queue is the back-pressure: when it is full the driver stops asking runners for
 more, so memory holds at most `learner_queue_size` batches, the one being filled and a
 fragment per runner. A sample whose weights are more than `max_policy_lag` updates
-behind the learner when its batch is taken is dropped and counted, never used. The
-learner (in this process, or the elastic learner group) is only touched from this
-thread while it runs; the driver reads the weights it published and, for
-checkpoints, its state under `lock`.
+behind the learner when its batch is taken is dropped and counted, never used.
+
+It is the driver's `LearnerAccess` (ftrl.rl.driver.learner_access): the learner (in
+this process, or the elastic learner group) is only touched from the thread while it
+runs; the driver gets the weights it published (`weights_for_runners`), reads an
+in-process learner's weights and state under its lock (`at_rest`; a learner group
+serves its reads itself), and changes the learner's state or hyperparameters with the
+thread paused (`paused`: the same lock, held by the thread for each update).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,27 +92,35 @@ def lag_stats(lags: list[int]) -> dict[str, Any]:
             "policy_lag_max": max(lags) if lags else None}
 
 
-class LearnerThread:
-    """Consumes train batches and updates `learner` in a background thread.
+class AsyncLearner:
+    """Consumes train batches and updates `learner` in a background thread (module docstring).
 
     Args:
         learner: an object with `update(fragments, env_steps_sampled=)`, `version`,
-            `get_weights()` (the in-process Learner or the LearnerGroup).
+            `get_weights()`, `get_state()` (the in-process Learner or the LearnerGroup).
         queue_size: batches waiting at most (`learner_queue_size`).
         max_policy_lag: older samples are dropped when their batch is taken.
         broadcast_interval: updates between two published weights.
+        batch_env_steps: env steps of one train batch (`train_batch_size`).
         env_steps_sampled: called for the total env steps sampled (drives schedules).
         counters: the algorithm's cumulative counters; the thread adds its stale drops.
+        locked_reads: the driver reads the learner under the lock (False: a learner
+            group, which serves its reads itself).
     """
 
     def __init__(self, learner: Any, *, queue_size: int, max_policy_lag: int, broadcast_interval: int,
-                 env_steps_sampled: Any, counters: dict[str, int]) -> None:
+                 batch_env_steps: int, env_steps_sampled: Callable[[], int], counters: dict[str, int],
+                 locked_reads: bool = True) -> None:
         self.learner = learner
         self.queue: queue.Queue[TrainBatch] = queue.Queue(maxsize=max(1, int(queue_size)))
         self.max_policy_lag = int(max_policy_lag)
+        self.stale_version_gap = self.max_policy_lag
         self.broadcast_interval = max(1, int(broadcast_interval))
+        self.batch_env_steps = int(batch_env_steps)
         self._env_steps_sampled = env_steps_sampled
-        #: held by the thread for each update; take it to read the learner's state
+        self._locked_reads = locked_reads
+        self._pending = TrainBatch()  # the batch being filled (the driver's thread)
+        #: held by the thread for each update; take it to read or change the learner
         self.lock = threading.RLock()
         self._stats_lock = threading.Lock()
         self._window = WindowStats()
@@ -113,13 +128,70 @@ class LearnerThread:
         self._stop = threading.Event()
         self.error: BaseException | None = None
         #: (version, flat weights) the runners should sample with (newest published)
-        self.published: tuple[int, np.ndarray] = learner.get_weights()
+        self.published: tuple[int, np.ndarray] | None = None
         self.counters = counters
         self.num_updates = 0
         self._thread = threading.Thread(target=self._run, name="ftrl-learner", daemon=True)
+
+    # ------------------------------------------------------------------ LearnerAccess
+
+    @property
+    def version(self) -> int:
+        return int(self.learner.version)
+
+    def weights_for_runners(self) -> tuple[int, np.ndarray]:
+        """The newest published weights (the learner's own before the thread starts)."""
+        published = self.published
+        return published if published is not None else self.learner.get_weights()
+
+    def get_weights(self) -> tuple[int, np.ndarray]:
+        with self.at_rest():
+            return self.learner.get_weights()
+
+    def get_state(self) -> dict[str, Any]:
+        with self.at_rest():
+            return self.learner.get_state()
+
+    def at_rest(self) -> contextlib.AbstractContextManager:
+        return self.lock if self._locked_reads else contextlib.nullcontext()
+
+    def paused(self) -> contextlib.AbstractContextManager:
+        return self.lock
+
+    def publish(self) -> None:
+        """The learner's weights (just loaded by an exploit) are the runners' next ones."""
+        self.published = self.learner.get_weights()
+
+    def start(self) -> None:
+        """Publish the learner's weights and start the thread."""
+        if self._thread.is_alive() or self._stop.is_set():
+            return
+        self.published = self.learner.get_weights()
+        self._window_start = time.monotonic()
         self._thread.start()
 
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop after the update in progress (queued batches are dropped)."""
+        self._stop.set()
+        if not self._thread.is_alive():
+            return
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("the learner thread did not stop within %.0f s", timeout_s)
+
     # ------------------------------------------------------------------ the driver's side
+
+    def add(self, fragment: dict[str, np.ndarray], version: int, env_steps: int) -> None:
+        """A fragment for the batch being filled (sampled with weights `version`)."""
+        self._pending.add(fragment, version, env_steps)
+
+    def queue_full_batches(self, while_full: Callable[[], Any]) -> None:
+        """Queue every full batch; while the queue is full (back-pressure: the runners
+        wait), call `while_full` between tries."""
+        while self._pending.num_env_steps >= self.batch_env_steps:
+            batch, self._pending = self._pending, TrainBatch()
+            while not self.put(batch, timeout_s=0.1):
+                while_full()
 
     def put(self, batch: TrainBatch, timeout_s: float) -> bool:
         """Queue a batch; False when the queue stayed full for `timeout_s` (back-pressure)."""
@@ -151,13 +223,6 @@ class LearnerThread:
             "learner_queue_depth": self.queue.qsize(),
             "learner_busy_share": min(1.0, w.busy_s / span) if span > 0 else 0.0,
         }
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop after the update in progress (queued batches are dropped)."""
-        self._stop.set()
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            log.warning("the learner thread did not stop within %.0f s", timeout_s)
 
     # ------------------------------------------------------------------ the thread
 

@@ -1,0 +1,55 @@
+"""Evaluation: `evaluation_duration` episodes (or timesteps) with given weights, on the
+evaluation runners (a remote group, split over its healthy runners) or on a local
+evaluation runner (`Algorithm.evaluate`).
+
+    ev = evaluate(runners, config.evaluation_cfg, version, weights, filter_state)
+    ev["episode_return_mean"], ev["num_episodes"], ev["weights_version"]
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ftrl.config import EvaluationConfig
+from ftrl.rl.driver.runners import RunnerSet
+
+
+def evaluate(runners: RunnerSet, ev: EvaluationConfig, version: int, weights: np.ndarray,
+             filter_state: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate weights `version` (with the central filter's state) as `ev` says; returns
+    the episodes' statistics, the env steps, the version and the time it took (a group:
+    its health and failure counters too, as eval_*)."""
+    results: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    healthy = 0
+    group = runners.eval_group
+    if group is not None:
+        group.poll_recoveries()
+        group.sync_weights(version, weights, filter_state)
+        results = group.evaluate(ev.evaluation_duration, ev.evaluation_duration_unit)
+        healthy = group.num_healthy
+    else:
+        runner = runners.eval_runner()
+        runner.set_weights(version, weights, filter_state)
+        kwargs = ({"num_episodes": ev.evaluation_duration} if ev.evaluation_duration_unit == "episodes"
+                  else {"num_timesteps": ev.evaluation_duration})
+        results = [runner.evaluate(**kwargs)]
+    returns = np.concatenate([np.asarray(r["returns"], np.float64) for r in results]) if results else np.zeros(0)
+    lengths = np.concatenate([np.asarray(r["lengths"], np.int64) for r in results]) if results else np.zeros(0)
+    out = {
+        "episode_return_mean": float(returns.mean()) if returns.size else None,
+        "episode_return_min": float(returns.min()) if returns.size else None,
+        "episode_return_max": float(returns.max()) if returns.size else None,
+        "episode_len_mean": float(lengths.mean()) if lengths.size else None,
+        "num_episodes": int(returns.size),
+        "env_steps": int(sum(int(r.get("env_steps", 0)) for r in results)),
+        "weights_version": version,
+        "time_s": time.monotonic() - t0,
+    }
+    if group is not None:
+        out["num_healthy_eval_runners"] = healthy
+        out.update({f"eval_{k}": v for k, v in group.stats().items() if k != "num_healthy_eval_runners"})
+    return out

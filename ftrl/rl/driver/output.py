@@ -1,0 +1,72 @@
+"""RunOutput: a run's output directory and what writes into it.
+
+    output_dir/
+      metrics.jsonl        one row per iteration (MetricsLog), written by the state writer
+      driver_state.ftrl    the newest iteration's driver state (StateWriter)
+      learner_state.ftrl   the learner state it names (StateWriter)
+      checkpoints/         checkpoint_<iteration>.ftrl (CheckpointManager, the newest kept)
+      result.json          how the run ended (`write_result`)
+
+A fresh run in a directory that held another forgets that run's driver and learner
+state and its rows (`start_fresh`); a resumed one reads them (ftrl.rl.driver.state).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ftrl.rl.driver.checkpoint import CheckpointManager
+from ftrl.rl.driver.metrics import MetricsLog, json_safe
+from ftrl.rl.driver.state_writer import StateWriter
+from ftrl.util.files import atomic_write_json
+from ftrl.util.run_dir import CHECKPOINT_DIR, DRIVER_STATE_FILE, LEARNER_STATE_FILE
+
+log = logging.getLogger(__name__)
+
+RESULT_FILE = "result.json"
+
+
+def forget_saved_state(output_dir: str | Path) -> None:
+    """A fresh run in `output_dir`: the driver and learner state of an earlier run go."""
+    for name in (DRIVER_STATE_FILE, LEARNER_STATE_FILE):
+        (Path(output_dir) / name).unlink(missing_ok=True)
+
+
+class RunOutput:
+    """The output directory of one run: its checkpoints, metrics log and state writer
+    (`on_row_durable(row)` is called on the writer's thread once a row is on disk)."""
+
+    def __init__(self, directory: str | Path, keep_checkpoints: int,
+                 on_row_durable: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = CheckpointManager(self.directory / CHECKPOINT_DIR, keep_checkpoints)
+        self.metrics_log = MetricsLog(self.directory / "metrics.jsonl")
+        self.state_writer = StateWriter(self.directory, self.metrics_log, on_durable=on_row_durable)
+
+    def start_fresh(self) -> None:
+        """A fresh run: iterations restart at 1, so an earlier run's rows and states go."""
+        forget_saved_state(self.directory)
+        if self.metrics_log.path.exists():
+            dropped = self.metrics_log.truncate_after(0)
+            log.warning("fresh run in %s: dropped %d old metrics lines", self.directory, dropped)
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest checkpoint file under checkpoints/ (None if there is none)."""
+        found = self.checkpoints.list()
+        return found[-1][1] if found else None
+
+    def write_result(self, summary: dict[str, Any]) -> None:
+        """result.json: how the run ended."""
+        atomic_write_json(self.directory / RESULT_FILE, json_safe(summary))
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every finished iteration's state and row are on disk; whether they are."""
+        return self.state_writer.flush(timeout_s)
+
+    def close(self) -> bool:
+        """Stop the state writer once what it holds is written; whether all of it was."""
+        return self.state_writer.close()
