@@ -15,7 +15,7 @@ state, reached through a method here of the same name as before:
 - ftrl.rl.driver.run_state: `RunState`, the run's counters, observation filter,
   episode window, versions and incarnations, live hyperparameters (`algo.run_state`);
   `algo.iteration`, `algo.env_steps_sampled`, `algo.filter`, ... read it;
-- ftrl.rl.driver.runners: `RunnerSet`, the training and evaluation runners (a local
+- ftrl.rl.driver.runners: `DriverRunners`, the training and evaluation runners (a local
   EnvRunner with `num_env_runners=0`, for the whole run, else an EnvRunnerGroup created
   through `client.create_actor`), their counters and incarnations (`algo.runners`);
 - ftrl.rl.driver.learner_access: how the driver reaches the learner (`learner_access`:
@@ -71,7 +71,7 @@ from ftrl.rl.driver.learner_access import DirectAccess, LearnerAccess, scale_lea
 from ftrl.rl.driver.metrics import EpisodeWindow, json_safe
 from ftrl.rl.driver.output import RunOutput
 from ftrl.rl.driver.run_state import ObservationFilter, RunState
-from ftrl.rl.driver.runners import RunnerSet
+from ftrl.rl.driver.runners import DriverRunners
 from ftrl.rl.driver.sampler import sample_synchronously
 from ftrl.rl.learning.learner_group import LearnerGroup
 from ftrl.rl.sampling.env_factory import probe_spaces
@@ -147,7 +147,7 @@ class Algorithm:
             client = self._own_cluster.client()
             self._own_client = True
         self.client = client
-        self.runners = RunnerSet(cfg, self.run_state.spec_dict)
+        self.runners = DriverRunners(cfg, self.run_state.spec_dict)
         self.learner: Any = None
         self.learner_access: LearnerAccess | None = None
         self._actions = SingleActions(self.spec, cfg.model_config)

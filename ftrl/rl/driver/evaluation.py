@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from ftrl.config import EvaluationConfig
-from ftrl.rl.driver.runners import RunnerSet
+from ftrl.rl.driver.runners import DriverRunners
 
 
-def evaluate(runners: RunnerSet, ev: EvaluationConfig, version: int, weights: np.ndarray,
+def evaluate(runners: DriverRunners, ev: EvaluationConfig, version: int, weights: np.ndarray,
              filter_state: dict[str, Any]) -> dict[str, Any]:
     """Evaluate weights `version` (with the central filter's state) as `ev` says; returns
     the episodes' statistics, the env steps, the version and the time it took (a group:

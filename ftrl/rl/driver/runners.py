@@ -1,6 +1,6 @@
-"""RunnerSet: the env runners of one run, for training and for evaluation.
+"""DriverRunners: the env runners of one run, for training and for evaluation.
 
-    runners = RunnerSet(config, spec_dict)
+    runners = DriverRunners(config, spec_dict)
     runners.start(client, "job", saved_actors, max_weights_lag=None)
     runners.sync_weights(version, weights, filter_state)
     runners.stats()                    # the runner keys of a metrics row
@@ -33,7 +33,7 @@ _LOCAL_STATS = ("num_healthy_env_runners", "num_env_runners", "num_env_runner_re
                 "num_samples_lost", "num_samples_in_flight")
 
 
-class RunnerSet:
+class DriverRunners:
     """The run's training and evaluation runners (module docstring)."""
 
     def __init__(self, config: AlgorithmConfig, spec_dict: dict[str, Any], *, local: Any = None,

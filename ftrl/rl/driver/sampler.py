@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from ftrl.rl.driver.run_state import RunState
-from ftrl.rl.driver.runners import RunnerSet
+from ftrl.rl.driver.runners import DriverRunners
 from ftrl.rl.sample_batch import check_fragment
 
 log = logging.getLogger(__name__)
 
 
-def sample_synchronously(runners: RunnerSet, run: RunState, *, target_env_steps: int, timeout_s: float,
+def sample_synchronously(runners: DriverRunners, run: RunState, *, target_env_steps: int, timeout_s: float,
                          current_version: int, sync_weights: Callable[[], None]) -> list[dict[str, np.ndarray]]:
     """Fragments of at least `target_env_steps` usable env steps (or what `timeout_s`
     allowed a runner group); every sample result is recorded into `run`."""

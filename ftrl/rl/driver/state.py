@@ -81,7 +81,7 @@ _ROW_RUNNER_COUNTERS = ("num_env_runner_restarts", "num_env_runner_failures", "n
 
 
 class RunnerRecords(Protocol):
-    """What the state functions read and restore of the runners (`RunnerSet`)."""
+    """What the state functions read and restore of the runners (`DriverRunners`)."""
 
     def counters(self) -> dict[str, Any]: ...
 

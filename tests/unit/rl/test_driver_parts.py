@@ -18,7 +18,7 @@ from ftrl.rl.driver.async_learner import AsyncLearner, TrainBatch
 from ftrl.rl.driver.metrics import EpisodeWindow
 from ftrl.rl.driver.output import RunOutput
 from ftrl.rl.driver.run_state import RunState
-from ftrl.rl.driver.runners import RunnerSet
+from ftrl.rl.driver.runners import DriverRunners
 from ftrl.rl.sampling.filters import MeanStdFilter, make_filter
 from ftrl.wire.errors import ConfigError
 
@@ -184,7 +184,7 @@ def test_a_run_without_an_output_directory_cannot_save_or_resume():
         algo.stop()
 
 
-# --------------------------------------------------------------------------- RunnerSet
+# --------------------------------------------------------------------------- DriverRunners
 
 
 class _Local:
@@ -200,7 +200,7 @@ class _Local:
 
 def test_a_runner_set_that_samples_in_the_driver_reports_and_restores_its_counters():
     local = _Local()
-    runners = RunnerSet(PPOConfig(), {}, local=local)
+    runners = DriverRunners(PPOConfig(), {}, local=local)
     runners.sync_weights(6, np.zeros(3, np.float32), {"kind": "NoFilter"})
     assert local.synced == (6, {"kind": "NoFilter"}) and runners.sampling_version() == 6
     assert runners.versions_used() == [6]
