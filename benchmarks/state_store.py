@@ -3,7 +3,7 @@
 (a) raw: `SQLiteStore.commit` of one actor-record change per transaction (the real
     schema, WAL, synchronous=FULL), back to back: commits/s and per-commit latency.
 (b) decision: a `Controller` on a SQLiteStore, driven without a network (a fake
-    clock and send, as tests/unit/controller_harness.py): a worker reports an actor
+    clock and send, as tests/unit/coordinator/controller_harness.py): a worker reports an actor
     EXITED, the controller decides the restart, sends StartActor and commits the
     changed records before `report` returns. We time `report(...)`; the STARTED
     answer that follows is not timed. Target: p99 < 20 ms.

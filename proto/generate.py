@@ -1,7 +1,7 @@
 """Regenerate ftrl/wire/ftrl_pb2*.py from proto/ftrl.proto.
 
 Usage: python proto/generate.py [OUT_DIR]   (default: ftrl/wire)
-The test tests/unit/test_proto_generated.py runs this into a temp dir and
+The test tests/unit/wire/test_proto_generated.py runs this into a temp dir and
 compares, so generated code can never drift from the .proto file.
 """
 

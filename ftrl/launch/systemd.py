@@ -220,7 +220,7 @@ _KILL_MODE_COMMENT = """\
 # worker itself dies, its actors die with it (PR_SET_PDEATHSIG), so a restart
 # starts clean."""
 
-# Only settings seen working under a real manager (tests/integration/test_systemd.py).
+# Only settings seen working under a real manager (tests/integration/launch/test_systemd.py).
 # Left out on purpose: ProtectKernelTunables (226/NAMESPACE on the CI VM),
 # ProtectControlGroups (there it mounted an empty tmpfs over /run), PrivateDevices and
 # DeviceAllow/ProtectClock (they would hide GPUs), ProtectSystem=strict and ProtectHome

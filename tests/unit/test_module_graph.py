@@ -16,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ftrl"
 MAX_LINES = 700
-#: generated from proto/ftrl.proto (tests/unit/test_proto_generated.py checks they match it)
+#: generated from proto/ftrl.proto (tests/unit/wire/test_proto_generated.py checks they match it)
 GENERATED = {"ftrl/wire/ftrl_pb2.py", "ftrl/wire/ftrl_pb2_grpc.py", "ftrl/wire/ftrl_pb2.pyi"}
 
 

@@ -120,7 +120,7 @@ class Curves:
 
 def _getter(cls: type, skip: frozenset[str]) -> attrgetter:
     """All of a record type's dataclass fields but `skip`, so a field added later is in
-    the key by itself (tests/unit/test_http.py checks that no field shown is missing)."""
+    the key by itself (tests/unit/coordinator/test_http.py checks that no field shown is missing)."""
     return attrgetter(*[f.name for f in dataclasses.fields(cls) if f.name not in skip])
 
 
