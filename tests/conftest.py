@@ -6,6 +6,8 @@ import os
 import signal
 import tempfile
 
+import pytest
+
 # Coordinators started without a token on loopback keep one under FTRL_HOME; keep the
 # tests' out of the user's ~/.ftrl.
 os.environ.setdefault("FTRL_HOME", tempfile.mkdtemp(prefix="ftrl-test-home-"))
@@ -15,3 +17,17 @@ os.environ.setdefault("FTRL_HOME", tempfile.mkdtemp(prefix="ftrl-test-home-"))
 # need Python's own handler here and (reset to the default by exec) in those processes.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_RESTORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """What a test installs for SIGINT/SIGTERM/SIGHUP (a SLURM step's handlers, a run
+    loop's) is undone after it: tests run in any order."""
+    saved = {sig: signal.getsignal(sig) for sig in _RESTORED_SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        if signal.getsignal(sig) is not handler and handler is not None:
+            signal.signal(sig, handler)

@@ -70,6 +70,8 @@ FDS_PER_FORK = 3  # the spare's control-in, control-out and log fds
 INTERMEDIATE_TIMEOUT_S = 10.0  # the intermediate child forks and exits at once
 PARENT_WAIT_S = 2.0  # a spare waits this long at most to be adopted by the worker
 START_TIMEOUT_S = 120.0  # the zygote's imports (torch included) on a busy machine
+#: how long a fork waits for the thread pools it stopped to be gone (a real thread stays)
+THREADS_SETTLE_S = 0.05
 FORK_TIMEOUT_S = 5.0  # a fork takes milliseconds; past this the zygote is wedged (stopped?)
 
 
@@ -253,7 +255,7 @@ def _handle(sock: socket.socket, msg: bytes, fds: list[int], worker_pid: int,
     if request.get("op") != "fork" or len(fds) != FDS_PER_FORK:
         return {"error": f"bad request {request!r} with {len(fds)} fds"}
     quiesce_thread_pools()
-    threads = thread_count()
+    threads = settled_thread_count()
     if threads != 1:
         return {"error": f"the fork server has {threads} threads (a preload module started "
                          "some): forking it is unsafe", "fatal": True}
@@ -267,6 +269,17 @@ def _handle(sock: socket.socket, msg: bytes, fds: list[int], worker_pid: int,
 def thread_count() -> int:
     """This process's OS threads."""
     return len(os.listdir("/proc/self/task"))
+
+
+def settled_thread_count(timeout_s: float = THREADS_SETTLE_S) -> int:
+    """This process's OS threads once those just told to stop (`quiesce_thread_pools`) are
+    gone, waiting at most `timeout_s`: a thread on its way out keeps its /proc entry for a
+    moment (seen: ~0.1 ms, once in ten), which read as a thread a preload started turned
+    the fork server off for good."""
+    deadline = time.monotonic() + timeout_s
+    while (threads := thread_count()) != 1 and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    return threads
 
 
 def quiesce_thread_pools() -> None:

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -211,3 +212,24 @@ def test_orphaned_zombies_are_reaped_and_owned_children_never_are():
     assert orphan in reaped and parent_pid(orphan) == 0
     assert owned.pid not in reaped
     assert owned.wait(timeout=10) == 0  # still ours to wait for, with its real status
+
+
+_THREAD_PROBE = """
+import threading, time
+from ftrl.worker.zygote import settled_thread_count
+leaving = threading.Thread(target=time.sleep, args=(0.02,))
+leaving.start()
+on_its_way_out = settled_thread_count(timeout_s=5.0)
+staying = threading.Event()
+threading.Thread(target=staying.wait, daemon=True).start()
+print(on_its_way_out, settled_thread_count(timeout_s=0.05))
+"""
+
+
+def test_a_thread_on_its_way_out_is_waited_for_and_a_live_one_is_counted():
+    """The zygote forks only with one thread: one that is ending is waited for (bounded),
+    one that stays is counted (and the fork refused)."""
+    out = subprocess.run([sys.executable, "-c", _THREAD_PROBE], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **cluster_env()})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "2"]

@@ -477,7 +477,9 @@ def test_a_quiet_connection_spins_once_not_after_every_idle_poll(monkeypatch):
             time.sleep(0.1)
         ch.submit({}, 3, 5.0).result(timeout=5)
         spent = _cpu_while_idle(2.0)  # ten idle reads; no request comes
-        assert 0.1 < spent < 0.6, spent  # one spin of <= 0.3 s, not one after each idle read
+        # one spin of <= 0.3 s, not one after each idle read (the spin yields its CPU: on a
+        # busy machine it burns less than its 0.3 s, so the floor only shows it spun at all)
+        assert 0.02 < spent < 0.6, spent
     finally:
         ch.close()
         srv.close()
