@@ -12,7 +12,7 @@ from ftrl.coordinator.placement import LOCAL_RESTART_RANGE, Placement, choose_no
 from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState
 from ftrl.coordinator.settings import ControllerConfig
 from ftrl.coordinator.state import ClusterState
-from ftrl.coordinator.store import MemoryStore
+from ftrl.coordinator.store import MemoryStore, SQLiteStore
 from ftrl.wire import ftrl_pb2 as pb
 from ftrl.wire.errors import StaleIncarnationError
 
@@ -80,8 +80,10 @@ def test_state_writes_what_changed_in_one_commit_and_nothing_otherwise():
     assert int.from_bytes(loaded.meta["event_seq"], "big") == 1
 
 
-def test_state_restores_records_and_counters_from_its_store():
-    store = MemoryStore()
+def test_state_restores_records_and_counters_from_its_store(tmp_path):
+    # a durable store: its epoch counter goes on from the stored one (a memory store's
+    # floor is the wall clock, which moves on between two epochs)
+    store = SQLiteStore(tmp_path)
     old = ClusterState(store)
     old.put_node(node("a"))
     epoch = old.next_epoch()
@@ -95,6 +97,7 @@ def test_state_restores_records_and_counters_from_its_store():
     new.restore(loaded, heard_at=123.0)
     assert new.actors["x"].spec == rec.spec and new.nodes["a"].last_heartbeat == 123.0
     assert new.events.seq == 1 and new.next_epoch() == epoch + 1
+    store.close()
     assert ClusterState(MemoryStore()).load() is None
 
 
