@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "ftrl"
+from tests.procs import REPO
+
+PACKAGE = REPO / "ftrl"
 MAX_LINES = 700
 #: generated from proto/ftrl.proto (tests/unit/wire/test_proto_generated.py checks they match it)
 GENERATED = {"ftrl/wire/ftrl_pb2.py", "ftrl/wire/ftrl_pb2_grpc.py", "ftrl/wire/ftrl_pb2.pyi"}

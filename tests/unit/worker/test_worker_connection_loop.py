@@ -9,26 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from ftrl.wire import ftrl_pb2 as pb
-from ftrl.worker.lease import Lease
-from ftrl.worker.link import CoordinatorLink
-from ftrl.worker.options import NodeIdentity, WorkerOptions
-from ftrl.worker.outbox import Outbox
-
-
-class NoActors:
-    """The node's actors as the link sees them: none."""
-
-    def count(self) -> int:
-        return 0
-
-    def running(self, epoch: int) -> list[pb.RunningActor]:
-        return []
-
-    def on_start(self, start: pb.StartActor) -> None:
-        raise AssertionError("no command expected")
-
-    def on_stop(self, stop: pb.StopActor, report: bool = True) -> None:
-        raise AssertionError("no command expected")
+from tests.unit.worker.link_fakes import make_link
 
 
 class StoppedClock:
@@ -78,13 +59,6 @@ class Coordinator:
         return Stream(self.broken)
 
 
-def make_link(coordinator: Coordinator, ended: list) -> CoordinatorLink:
-    node = NodeIdentity(node_id="n0", session_id="s0", address="127.0.0.1", slots=1, resources={})
-    return CoordinatorLink(node, WorkerOptions(coordinator="127.0.0.1:1"), coordinator, (), StoppedClock(),
-                           Lease(), Outbox(), NoActors(), on_heartbeat_timeout=lambda s: None,
-                           on_end=ended.append)
-
-
 async def _sessions(coordinator: Coordinator, n: int) -> None:
     """Wait (at most 10 s) until the loop has started its n-th session."""
     async with asyncio.timeout(10.0):
@@ -100,7 +74,7 @@ async def _ends_within(task: asyncio.Task, seconds: float) -> bool:
 def test_a_stop_while_the_stream_breaks_ends_the_loop():
     async def scenario() -> None:
         coordinator, ended = Coordinator(), []
-        link = make_link(coordinator, ended)
+        link = make_link(coordinator, StoppedClock(), on_end=ended.append)
         task = asyncio.create_task(link.run())
         await _sessions(coordinator, 1)
         coordinator.broken.set()  # the coordinator dies ...
@@ -121,7 +95,7 @@ def test_a_stop_while_the_stream_breaks_ends_the_loop():
 def test_a_broken_stream_alone_reconnects_and_a_plain_stop_ends_the_loop():
     async def scenario() -> None:
         coordinator, ended = Coordinator(), []
-        link = make_link(coordinator, ended)
+        link = make_link(coordinator, StoppedClock(), on_end=ended.append)
         coordinator.broken.set()  # every session breaks at once: the loop keeps reconnecting
         task = asyncio.create_task(link.run())
         await _sessions(coordinator, 2)

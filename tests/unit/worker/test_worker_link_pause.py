@@ -13,10 +13,7 @@ import math
 import pytest
 
 from ftrl.wire import ftrl_pb2 as pb
-from ftrl.worker.lease import Lease
-from ftrl.worker.link import CoordinatorLink
-from ftrl.worker.options import NodeIdentity, WorkerOptions
-from ftrl.worker.outbox import Outbox
+from tests.unit.worker.link_fakes import make_link
 
 TIMEOUT = 5.0
 
@@ -59,22 +56,6 @@ class FakeCall:
         self.inbox.put_nowait(pb.CoordinatorMessage(ack=pb.HeartbeatAck(seq=seq)))
 
 
-class NoActors:
-    """The node's actors as the link sees them: none."""
-
-    def count(self) -> int:
-        return 0
-
-    def running(self, epoch: int) -> list[pb.RunningActor]:
-        return []
-
-    def on_start(self, start: pb.StartActor) -> None:
-        raise AssertionError("no command expected")
-
-    def on_stop(self, stop: pb.StopActor, report: bool = True) -> None:
-        raise AssertionError("no command expected")
-
-
 class FakeStub:
     """The coordinator's stub: a registration with fast heartbeats (the watchdog looks
     every 10 ms), then `call` as the Connect stream."""
@@ -91,10 +72,7 @@ class FakeStub:
 
 async def start_session(call: FakeCall, awake: FakeAwake) -> asyncio.Task:
     """A registered link's session on `call`, as a task."""
-    node = NodeIdentity(node_id="n0", session_id="s0", address="127.0.0.1", slots=1, resources={})
-    link = CoordinatorLink(node, WorkerOptions(coordinator="127.0.0.1:1"), FakeStub(call), (), awake,
-                           Lease(), Outbox(), NoActors(), on_heartbeat_timeout=lambda s: None,
-                           on_end=lambda e: None)
+    link = make_link(FakeStub(call), awake, on_end=lambda e: None)
     reply = await link._register()
     assert link.hb_timeout == TIMEOUT
     return asyncio.create_task(link._session(reply))
