@@ -51,6 +51,16 @@ def summary(values: list[float], digits: int = 4) -> dict[str, float]:
     }
 
 
+def paired_costs(off: list[float], on: list[float]) -> dict[str, Any]:
+    """Rates of one arm with a feature off and on, in pairs of neighbouring chunks: the
+    medians and the paired cost (1 - on/off) with its quartiles."""
+    paired = [1 - b / a for a, b in zip(off, on, strict=True)]
+    return {"steps_per_s_without": round(statistics.median(off)),
+            "steps_per_s_with": round(statistics.median(on)),
+            "cost_paired_median": round(statistics.median(paired), 4),
+            "cost_paired_quartiles": [round(q, 4) for q in statistics.quantiles(paired, n=4)]}
+
+
 def emit(result: dict[str, Any]) -> None:
     """Print the one JSON object a benchmark script promises."""
     result.setdefault("machine", machine())

@@ -25,7 +25,9 @@ from ftrl._version import __version__ as __version__
 # handlers are not needed for that and only log noise.
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-#: Public name -> the module that defines it (imported on first access).
+#: Public name -> the module that defines it (imported on first access). `Algorithm`
+#: (torch) is reachable as `ftrl.Algorithm` but left out of `__all__`, so `from ftrl
+#: import *` stays light.
 _LAZY: dict[str, str] = {
     "ActorHandle": "ftrl.client.client",
     "Client": "ftrl.client.client",
@@ -42,6 +44,8 @@ _LAZY: dict[str, str] = {
     "JobSpec": "ftrl.config",
     "StopCriteria": "ftrl.config",
     "load_job": "ftrl.config",
+    "Callbacks": "ftrl.rl.callbacks",
+    "Algorithm": "ftrl.rl.driver.algorithm",
     "Tuner": "ftrl.tune.tuner",
     "TuneConfig": "ftrl.tune.tuner",
     "RunConfig": "ftrl.tune.tuner",
@@ -97,6 +101,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of it runs
         StopCriteria,
         load_job,
     )
+    from ftrl.rl.callbacks import Callbacks
+    from ftrl.rl.driver.algorithm import Algorithm  # noqa: F401  (not in __all__: torch)
     from ftrl.tune.tuner import FailureConfig, RunConfig, TuneConfig, Tuner
     from ftrl.wire.errors import (
         ActorDiedError,
@@ -125,6 +131,7 @@ __all__ = [
     "AlreadyExistsError",
     "AsyncActorHandle",
     "AsyncClient",
+    "Callbacks",
     "Client",
     "ConfigError",
     "FINAL_JOB_STAGES",

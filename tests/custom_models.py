@@ -47,3 +47,22 @@ class NotAModule:
 
 def not_a_class(obs_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     return TinyNet(obs_shape, num_outputs)
+
+
+class NumpyNet(TinyNet):
+    """Goes through numpy in forward: runs, but a trace freezes its data (no export)."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        import numpy as np
+
+        scaled = torch.as_tensor(np.tanh(obs.detach().cpu().numpy()))
+        return super().forward(scaled)
+
+
+class BranchNet(TinyNet):
+    """Branches on its input's values in Python: torch.export (ONNX) cannot follow it."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if float(obs.abs().sum()) > 1e9:
+            obs = obs / 2
+        return super().forward(obs)

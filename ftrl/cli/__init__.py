@@ -1,7 +1,8 @@
 """The `ftrl` program: the parser and `main`. Each subcommand is one small function in
 ftrl.cli.services (coordinator, worker, node, systemd-units), ftrl.cli.jobs (status,
-submit, scale, stop, logs, train) or ftrl.cli.train (what `ftrl train` runs); the
-argparse types they share are in ftrl.cli.args."""
+submit, scale, stop, logs, train), ftrl.cli.train (what `ftrl train` runs),
+ftrl.cli.tune or ftrl.cli.watch (evaluate, plot); the argparse types they share are in
+ftrl.cli.args."""
 
 from __future__ import annotations
 
@@ -121,6 +122,21 @@ def build_parser() -> argparse.ArgumentParser:
         add_train_arguments(p)
     add_security(p)
     p.set_defaults(fn=cmd_train)
+
+    from ftrl.cli.watch import add_evaluate_arguments, add_plot_arguments, cmd_evaluate, cmd_plot
+
+    p = sub.add_parser("evaluate", help="run episodes with a trained policy (and record videos)",
+                       description="ftrl evaluate CHECKPOINT_OR_RUN_DIR [--episodes N] [--video DIR] [--seed S]: "
+                       "the newest state of a run (or a checkpoint), on this machine, no cluster")
+    add_verbose(p)
+    add_evaluate_arguments(p)
+    p.set_defaults(fn=cmd_evaluate)
+
+    p = sub.add_parser("plot", help="a PNG of a run's curves, restarts and resumes marked",
+                       description="ftrl plot RUN_DIR [--out FILE]")
+    add_verbose(p)
+    add_plot_arguments(p)
+    p.set_defaults(fn=cmd_plot)
 
     p = sub.add_parser("tune", help="run a tuning experiment (PBT), or show / plot one",
                        description="ftrl tune EXPERIMENT.toml [--coordinator A] [--resume] | "

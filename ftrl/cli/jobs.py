@@ -111,6 +111,7 @@ def _job_status(args: argparse.Namespace) -> int:
         ("iteration", job["iteration"]),
         ("env steps", f"{job['env_steps_sampled']:,}"),
         ("return", "-" if ret is None else f"{ret:.1f}"),
+        *_custom_lines(m),
         ("env runners", f"{m.get('num_healthy_env_runners', '-')} healthy, {job['num_env_runners']} wanted"),
         ("learners", job["num_learners"]),
         ("driver", f"incarnation {job['driver_incarnation']}" if job["driver_incarnation"] else "-"),
@@ -123,10 +124,23 @@ def _job_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _custom_lines(row: dict) -> list[tuple[str, str]]:
+    """The row's custom metrics (the user's callbacks), one line each, and their errors."""
+    custom = row.get("custom_metrics")
+    lines = [(f"custom {name}", f"{value:.4g}" if isinstance(value, float) else str(value))
+             for name, value in sorted(custom.items())] if isinstance(custom, dict) else []
+    errors = row.get("num_callback_errors")
+    if errors:
+        lines.append(("callback errors", str(errors)))
+    return lines
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from ftrl.config.jobs import build_job
+    from ftrl.rl.callbacks import check_callbacks
 
     job = build_job(args)  # ConfigError (exit 2) before any call
+    check_callbacks(job.config)  # the user's callbacks class, where the user's code is
     with client_of(args) as client:
         job_id = client.submit(job, job_id=args.job_name, output_dir=args.output, resume=args.resume)
     print(job_id)

@@ -281,12 +281,14 @@ def check_job(job: JobSpec, resume_from: Path | None = None) -> Path | None:
     work, or (with `resume_from`) a state this config cannot continue; corrupt state
     files are reported (and skipped) here too. Returns the state file a resume starts
     from (None: from the start)."""
+    from ftrl.rl.callbacks import check_callbacks
     from ftrl.rl.models.check import check_model
     from ftrl.rl.sampling.env_factory import probe_spaces
     from ftrl.rl.spaces import space_spec
 
     config = job.config
     config.validate()
+    check_callbacks(config)  # the user's callbacks class imports, and is an ftrl.Callbacks
     env = config.environment_cfg
     observation_space, action_space = probe_spaces(env.env, env.env_config)
     spec = space_spec(observation_space, action_space)  # ConfigError for spaces we cannot handle

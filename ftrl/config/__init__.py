@@ -25,6 +25,7 @@ from ftrl.config.live import check_live, check_live_keys, live_keys
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
 from ftrl.config.registry import ALGORITHMS, config_class, config_from_dict
 from ftrl.config.sections import (
+    CallbacksConfig,
     CheckpointingConfig,
     DebuggingConfig,
     EnvironmentConfig,
@@ -39,7 +40,7 @@ from ftrl.config.sections import (
 )
 
 __all__ = [
-    "ALGORITHMS", "APPOConfig", "APPOTrainingConfig", "AlgorithmConfig", "Change", "CheckpointingConfig",
+    "ALGORITHMS", "APPOConfig", "APPOTrainingConfig", "AlgorithmConfig", "CallbacksConfig", "Change", "CheckpointingConfig",
     "DebuggingConfig", "EnvRunnersConfig", "EnvironmentConfig", "EvaluationConfig", "FaultToleranceConfig",
     "IMPALAConfig", "IMPALATrainingConfig", "JobSpec", "KeyFacts", "LIVE", "LearnersConfig", "ModelConfig",
     "NEVER", "PPOConfig", "PPOTrainingConfig", "Part", "ReportingConfig", "StopCriteria", "TrainingConfig",

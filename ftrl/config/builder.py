@@ -36,6 +36,7 @@ from ftrl.config.fields import (
 )
 from ftrl.config.keys import NEVER, KeyFacts
 from ftrl.config.sections import (
+    CallbacksConfig,
     CheckpointingConfig,
     DebuggingConfig,
     EnvironmentConfig,
@@ -61,6 +62,7 @@ _SECTIONS: dict[str, type] = {
     "debugging": DebuggingConfig,
     "learners": LearnersConfig,
     "reporting": ReportingConfig,
+    "callbacks": CallbacksConfig,
 }
 
 _Config = TypeVar("_Config", bound="AlgorithmConfig")
@@ -86,6 +88,7 @@ class AlgorithmConfig:
         self.debugging_cfg = DebuggingConfig()
         self.learners_cfg = LearnersConfig()
         self.reporting_cfg = ReportingConfig()
+        self.callbacks_cfg = CallbacksConfig()
         self._explicit: set[str] = set()
 
     @classmethod
@@ -176,6 +179,13 @@ class AlgorithmConfig:
     def reporting(self: _Config, **kwargs: Any) -> _Config:
         """Metric smoothing window (episodes) and a minimum of env steps per iteration."""
         return self._set("reporting", kwargs)
+
+    @keys_of(CallbacksConfig)
+    def callbacks(self: _Config, callbacks_class: str | None = NOT_SET, **kwargs: Any) -> _Config:
+        """User callbacks by import path: `config.callbacks("pkg.mod:MyCallbacks")`, a
+        subclass of `ftrl.Callbacks` (imported and checked by the Algorithm, before it
+        starts anything, and by `ftrl train/submit/tune` before they submit)."""
+        return self._set("callbacks", {"callbacks_class": callbacks_class, **kwargs})
 
     def framework(self: _Config, framework: str = "torch") -> _Config:
         """Only "torch" is supported; present for RLlib compatibility."""

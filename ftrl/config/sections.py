@@ -285,6 +285,11 @@ class EvaluationConfig:
         {}, "overrides while evaluating; only explore and env_config", check=_eval_overrides,
         change=rebuild(Part.EVAL_RUNNERS),
     )
+    evaluation_video_interval: int = option(
+        0, "record one episode every this many evaluations, on one evaluation runner, to OUTPUT/videos/ "
+        "(MP4; the env renders rgb_array; 0: never)", check=non_negative_int,
+        change=rebuild(Part.DRIVER, Part.EVAL_RUNNERS),
+    )
 
 
 @dataclass
@@ -361,6 +366,21 @@ class ReportingConfig:
         None, "asynchronous algorithms (IMPALA, APPO): seconds an iteration (a reporting window) lasts "
         "at least (None: 1 s); PPO's iterations are its synchronous rounds", check=non_negative_float,
         change=_DRIVER,
+    )
+    tensorboard: bool = option(
+        True, "write TensorBoard event files of every row's numbers in the output dir "
+        "(tensorboard --logdir OUTPUT)", change=_DRIVER,
+    )
+
+
+@dataclass
+class CallbacksConfig:
+    """User code around the loop (RLlib's `config.callbacks(...)`), by import path."""
+
+    callbacks_class: str | None = option(
+        None, 'a subclass of ftrl.Callbacks by import path "pkg.mod:MyCallbacks" (hooks run in the '
+        "runners and the driver; see ftrl.rl.callbacks)", check=_import_path,
+        change=rebuild(Part.ENV_RUNNERS, Part.EVAL_RUNNERS, Part.DRIVER),
     )
 
 

@@ -11,6 +11,13 @@
                                            (once per `marker` file)
     ftrl.testing.envs:make_paced_env    CartPole whose every `step` waits for one byte
                                            on the FIFO at `fifo` (a test paces the steps)
+    ftrl.testing.envs:make_pixel_env    uint8 images (36x36x3) of a moving dot, Discrete(3):
+                                           reward 1 for the action that matches the dot's
+                                           row third, `episode_len` steps (default 20);
+                                           renders its frames (render_mode="rgb_array")
+    ftrl.testing.envs:make_info_env     CartPole whose info holds `pole_angle` (|angle|,
+                                           radians), `pid`, `flags` (a numpy array) and
+                                           `handle` (an object no process boundary takes)
 
 `make_flaky_env` env_config keys: `fail_every` (default 50), `scope` ("instance": count
 this instance's calls, the default; "process": count the calls of every flaky env in
@@ -248,3 +255,60 @@ class CounterEnv(gym.Env):
 
 def make_counter_env(config: dict) -> gym.Env:
     return CounterEnv(int(config.get("episode_len", 5)), bool(config.get("truncate", False)))
+
+
+class InfoEnv(gym.Wrapper):
+    """CartPole with an info worth a callback: |pole angle|, the process, a numpy array,
+    and an object that cannot cross processes (sub-env processes drop it, counted)."""
+
+    def step(self, action: Any) -> tuple:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        info = {"pole_angle": abs(float(obs[2])), "pid": os.getpid(),
+                "flags": np.array([terminated, truncated]), "handle": object()}
+        return obs, reward, terminated, truncated, info
+
+
+def make_info_env(config: dict) -> gym.Env:
+    return InfoEnv(gym.make("CartPole-v1", max_episode_steps=int(config.get("max_episode_steps", 500))))
+
+
+class PixelEnv(gym.Env):
+    """A dot on a 36x36 RGB image (module docstring): small enough for tests of the CNN."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, episode_len: int = 20, render_mode: str | None = None):
+        self.observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
+        self.action_space = gym.spaces.Discrete(3)
+        self.episode_len = episode_len
+        self.render_mode = render_mode
+        self._rng = np.random.default_rng()
+        self._t = 0
+        self._pos = (0, 0)
+
+    def _obs(self) -> np.ndarray:
+        img = np.zeros((36, 36, 3), np.uint8)
+        r, c = self._pos
+        img[max(0, r - 2):r + 2, max(0, c - 2):c + 2] = (255, 128, 0)
+        return img
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self._t = 0
+        self._pos = tuple(int(x) for x in self._rng.integers(0, 36, 2))
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple:
+        reward = 1.0 if int(action) == self._pos[0] // 12 else 0.0
+        self._t += 1
+        self._pos = tuple(int(x) for x in self._rng.integers(0, 36, 2))
+        return self._obs(), reward, self._t >= self.episode_len, False, {}
+
+    def render(self) -> np.ndarray:
+        return self._obs()
+
+
+def make_pixel_env(config: dict) -> gym.Env:
+    return PixelEnv(int(config.get("episode_len", 20)), config.get("render_mode"))

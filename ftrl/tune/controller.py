@@ -55,6 +55,7 @@ from ftrl.tune.experiment import (
     append_lineage,
     pin_checkpoint,
     row_key,
+    row_value,
 )
 from ftrl.tune.exploit import Exploits, driver_of
 from ftrl.tune.persistence import ExperimentStore
@@ -279,7 +280,7 @@ class TuneController:
             trial.best_metric = value
         if self.exploits is not None:
             time_attr = self.exploits.pbt.time_attr
-            self.exploits.population.report(trial.trial_id, value, float(row.get(time_attr, 0) or 0))
+            self.exploits.population.report(trial.trial_id, value, float(row_value(row, time_attr) or 0))
 
     def _failed(self, trial: Trial, reason: str) -> None:
         """Its job FAILED: retried from its newest checkpoint up to max_failures, then ERROR."""

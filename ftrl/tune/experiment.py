@@ -85,6 +85,20 @@ def row_key(key: str) -> str:
     return ROW_ALIASES.get(key, key)
 
 
+def row_value(row: Mapping[str, Any], key: str) -> Any:
+    """The value a metric, stop or time key names in a metrics row, Ray Tune's way: a key
+    of the row, or a "/"-separated path into its nested dicts
+    ("custom_metrics/pole_angle_mean", "evaluation/episode_return_mean"); None if absent."""
+    if key in row:
+        return row[key]
+    value: Any = row
+    for part in key.split("/"):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
 @dataclass
 class Trial:
     """One member of the experiment: a job named `NAME-INDEX` on the cluster."""

@@ -30,6 +30,7 @@ from ftrl.tune.experiment import (
     ExperimentStatus,
     TrialStatus,
     row_key,
+    row_value,
 )
 from ftrl.util.files import atomic_write_bytes
 from ftrl.wire.errors import ConfigError
@@ -418,7 +419,7 @@ def _y_at(rows: list[dict[str, Any]], i: int | None, metric: str) -> float | Non
     if i is None:
         return None
     for j in range(i, -1, -1):
-        v = _num(rows[j].get(metric))
+        v = _num(row_value(rows[j], metric))
         if v is not None:
             return v
     return None
@@ -481,7 +482,7 @@ def plot_experiment(
     # Left: the metric curves.
     plotted = 0
     for tid in ids:
-        pts = [(_num(r.get(x)), _num(r.get(metric))) for r in rows[tid]]
+        pts = [(_num(row_value(r, x)), _num(row_value(r, metric))) for r in rows[tid]]
         pts = [(a, b) for a, b in pts if a is not None and b is not None]
         if not pts:
             continue

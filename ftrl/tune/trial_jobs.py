@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ftrl.tune.experiment import DRIVER_STOPS
+from ftrl.tune.experiment import DRIVER_STOPS, row_value
 
 #: The row keys a trial's `last_result` keeps (with the experiment's metric).
 RESULT_KEYS = ("iteration", "env_steps_sampled", "time_s", "episode_return_mean", "weights_version",
@@ -35,14 +35,19 @@ def job_dict(base_job: Mapping[str, Any], config: Mapping[str, Any], stop: Mappi
 
 
 def kept_result(row: Mapping[str, Any], metric: str) -> dict[str, Any]:
-    """What a trial keeps of a metrics row (its `last_result`)."""
-    return {k: row[k] for k in (*RESULT_KEYS, metric) if k in row}
+    """What a trial keeps of a metrics row (its `last_result`): a nested metric under its
+    "/" path ("custom_metrics/NAME_mean")."""
+    kept = {k: row[k] for k in RESULT_KEYS if k in row}
+    value = row_value(row, metric)
+    if value is not None:
+        kept[metric] = value
+    return kept
 
 
 def metric_value(row: Mapping[str, Any], metric: str) -> float | None:
-    """The row's value of the metric, if it is a number (NaN included)."""
-    value = row.get(metric)
-    return float(value) if isinstance(value, int | float) else None
+    """The row's value of the metric (a key or a "/" path), if it is a number (NaN included)."""
+    value = row_value(row, metric)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def improves(value: float | None, best: float | None, mode: str) -> bool:
@@ -55,7 +60,7 @@ def improves(value: float | None, best: float | None, mode: str) -> bool:
 def stop_reached(row: Mapping[str, Any], stop: Mapping[str, float]) -> str | None:
     """The first stop criterion `row` reached (Ray Tune's rule: >=), described, or None."""
     for key, bound in stop.items():
-        value = row.get(key)
+        value = row_value(row, key)
         if isinstance(value, int | float) and value >= bound:
             return f"{key} {value} >= {bound}"
     return None

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ftrl.rl.callbacks import check_callbacks
 from ftrl.tune import schedulers as sched
 from ftrl.tune import search
 from ftrl.tune.experiment import (
@@ -239,6 +240,7 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
         try:
             cfg.update_from_dict(variant)
             cfg.validate()
+            check_callbacks(cfg)
             if isinstance(scheduler, sched.PopulationBasedTraining):  # e.g. lr under an lr_schedule
                 check_live(cfg, {k: getattr(cfg.training_cfg, k) for k in scheduler.hyperparam_mutations})
         except ConfigError as e:

@@ -2,6 +2,7 @@
 
     actions = SingleActions(spec, model_config)
     action = actions.compute(obs, obs_filter, learner, explore=False)
+    batch_actions = actions.compute_batch(observations, obs_filter, learner)
 
 The observation is encoded and filtered as in training (the central filter, not
 updated). An in-process learner acts with its own model; with remote learners a local
@@ -20,7 +21,7 @@ from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 
 
 class SingleActions:
-    """Actions for single observations, with a local model for remote learners."""
+    """Actions for raw observations, with a local model for remote learners."""
 
     def __init__(self, spec: SpaceSpec, model_config: Any) -> None:
         self.spec = spec
@@ -28,18 +29,33 @@ class SingleActions:
         self._encoder = ObsEncoder(spec)
         self._local_model: tuple[int, Any] | None = None  # (weights version, model) of remote learners
 
+    def model_of(self, learner: Any) -> Any:
+        """The model that acts: an in-process learner's own, else a local copy of the
+        newest weights (made again only when their version changed)."""
+        model = getattr(learner, "model", None)
+        if model is not None:
+            return model
+        version, weights = learner.get_weights()
+        if self._local_model is None or self._local_model[0] != version:
+            local = build_model(self.spec, self.model_config)
+            local.set_flat(weights)
+            self._local_model = (version, local)
+        return self._local_model[1]
+
     def compute(self, obs: Any, obs_filter: Any, learner: Any, explore: bool = False) -> Any:
         """The action of `learner`'s policy for `obs` (`obs_filter(x, update=False)` first)."""
-        x = self._encoder.encode(obs)[None, :]
+        return self.compute_batch([obs], obs_filter, learner, explore)[0]
+
+    def compute_batch(self, batch: Any, obs_filter: Any, learner: Any, explore: bool = False) -> list[Any]:
+        """The actions for a batch of raw observations (a sequence, or an array whose first
+        axis is the batch), as each env's step takes them."""
+        items = list(batch)
+        x = np.zeros((len(items), self.spec.obs_dim), np.float32)
+        for i, obs in enumerate(items):
+            self._encoder.write(x, i, obs)
         x = obs_filter(x, update=False)
-        model = getattr(learner, "model", None)
-        if model is None:  # remote learners: a local copy of the latest weights
-            version, weights = learner.get_weights()
-            if self._local_model is None or self._local_model[0] != version:
-                local = build_model(self.spec, self.model_config)
-                local.set_flat(weights)
-                self._local_model = (version, local)
-            model = self._local_model[1]
+        model = self.model_of(learner)
+        device = next(model.parameters()).device
         with torch.inference_mode():
-            actions, _, _ = model.act(torch.from_numpy(np.ascontiguousarray(x, np.float32)), explore)
-        return env_action(self.spec, actions.numpy())[0]
+            actions, _, _ = model.act(torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(device), explore)
+        return env_action(self.spec, actions.cpu().numpy())

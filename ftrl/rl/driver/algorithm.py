@@ -65,9 +65,11 @@ from ftrl.rl.driver import run_loop
 from ftrl.rl.driver import state as algo_state
 from ftrl.rl.driver.actions import SingleActions
 from ftrl.rl.driver.boundary import BoundaryWork, RunEnded
+from ftrl.rl.driver.driver_hooks import DriverHooks
 from ftrl.rl.driver.embedded import embedded_cluster_for
-from ftrl.rl.driver.evaluation import evaluate
+from ftrl.rl.driver.evaluation import evaluate, video_due
 from ftrl.rl.driver.learner_access import DirectAccess, LearnerAccess, scale_learner_group
+from ftrl.rl.driver.loading import load_trained_state
 from ftrl.rl.driver.metrics import EpisodeWindow, json_safe
 from ftrl.rl.driver.output import RunOutput
 from ftrl.rl.driver.run_state import ObservationFilter, RunState
@@ -130,8 +132,11 @@ class Algorithm:
             obs_filter=make_filter(cfg.env_runners_cfg.observation_filter, (self.spec.obs_dim,)),
             episodes=EpisodeWindow(cfg.reporting_cfg.metrics_num_episodes_for_smoothing),
             algo_counters=self.algo_counter_names)
+        #: the user's callbacks (`callbacks_class`): built here, so a bad one fails before anything starts
+        self.hooks = DriverHooks(cfg.callbacks_cfg.callbacks_class, self.run_state)
         self.boundary = BoundaryWork(job_name)
-        self.output = (RunOutput(output_dir, cfg.checkpointing_cfg.keep_checkpoints, on_row_durable=self._row_durable)
+        self.output = (RunOutput(output_dir, cfg.checkpointing_cfg.keep_checkpoints, on_row_durable=self._row_durable,
+                                 tensorboard=cfg.reporting_cfg.tensorboard)
                        if output_dir is not None else None)
         #: called (on the state writer's thread) with each row once it is on disk
         self.on_row_durable: Callable[[dict[str, Any]], Any] | None = None
@@ -170,6 +175,9 @@ class Algorithm:
         except BaseException:
             self.stop()
             raise
+        if self.run_state.restored_from is not None:
+            self.hooks.checkpoint_loaded(self)
+        self.hooks.algorithm_init(self)
         self.run_state.start_clock()
 
     # ------------------------------------------------------------------ setup hooks
@@ -313,6 +321,7 @@ class Algorithm:
         interval = self.config.evaluation_cfg.evaluation_interval
         if interval is not None and run.iteration % interval == 0:
             result["evaluation"] = self.evaluate()
+        self.hooks.train_result(self, result)  # what on_train_result changes is the row
         run.last_row = json_safe(result)  # what this iteration's states hold as its row
         ck = self.config.checkpointing_cfg.checkpoint_interval
         if self.output is not None and ck > 0 and run.iteration % ck == 0:
@@ -390,10 +399,21 @@ class Algorithm:
         self.runners.sync_weights(version, weights, self.run_state.filter.get_state())
 
     def evaluate(self) -> dict[str, Any]:
-        """Run `evaluation_duration` episodes/timesteps with the current weights."""
+        """Run `evaluation_duration` episodes/timesteps with the current weights (and, every
+        `evaluation_video_interval` evaluations, record one episode to OUTPUT/videos/)."""
         version, weights = self.get_weights()
-        return evaluate(self.runners, self.config.evaluation_cfg, version, weights,
-                        self.run_state.filter.get_state())
+        ev = self.config.evaluation_cfg
+        record = self.output is not None and video_due(ev, self.run_state.iteration)
+        metrics = evaluate(self.runners, ev, version, weights, self.run_state.filter.get_state(), record)
+        video = metrics.pop("video", None)
+        if video is not None and self.output is not None:
+            path = self.output.write_video(video, self.run_state.episodes.episodes_total,
+                                           self.run_state.env_steps_sampled)
+            metrics["video"] = str(path.relative_to(self.output.directory))
+            metrics["video_episode_len"] = int(video["length"])
+            metrics["video_episode_return"] = float(video["return"])
+        self.hooks.evaluate_end(self, metrics)
+        return metrics
 
     # ------------------------------------------------------------------ weights & actions
 
@@ -413,6 +433,48 @@ class Algorithm:
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The policy's action for one raw observation (filtered like in training)."""
         return self._actions.compute(obs, self.run_state.filter, self.learner, explore)
+
+    def compute_actions(self, observations: Any, explore: bool = False) -> list[Any]:
+        """The policy's actions for a batch of raw observations (one forward pass)."""
+        return self._actions.compute_batch(observations, self.run_state.filter, self.learner, explore)
+
+    def export_policy(self, directory: str | Path, format: str = "torchscript") -> Path:
+        """Write the greedy policy as one file that runs without ftrl: DIRECTORY/policy.pt
+        (`torch.jit.load`) or DIRECTORY/policy.onnx (`onnxruntime`); raw observations in
+        (the observation filter folded in), `(logits, action)` out (ftrl.rl.models.export)."""
+        import copy
+
+        from ftrl.rl.models.export import export_policy
+
+        model = copy.deepcopy(self._actions.model_of(self.learner)).cpu()
+        name = self.config.model_config.custom_model or type(model).__name__
+        return export_policy(model, self.spec, self.run_state.filter.affine(), directory, format, model_name=name)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path) -> Algorithm:
+        """The algorithm of a checkpoint file or a run directory (its newest state), built
+        on this machine's CPU with no cluster: no remote runners or learners (evaluation in
+        this process), its learner, filter and counters loaded. `compute_single_action`,
+        `compute_actions`, `export_policy`, `evaluate`, even `train` work on it; `stop()` it
+        when done. NotFoundError when the path holds no state."""
+        from ftrl.config.registry import config_from_dict
+        from ftrl.util.imports import import_object
+
+        state, source = load_trained_state(path)
+        config = config_from_dict(state["config"])
+        config.env_runners(num_env_runners=0).evaluation(evaluation_num_env_runners=0)
+        config.learners(num_learners=0, n_init_learners=None, num_gpus_per_learner=0.0)
+        algo_cls = import_object(config.algorithm_path)
+        if not issubclass(algo_cls, cls):
+            raise ConfigError(f"{source} holds a {config.algo_name} state, not a {cls.__name__} one")
+        algo = algo_cls(config)
+        try:
+            algo.set_state(state)
+        except BaseException:
+            algo.stop()
+            raise
+        algo.run_state.restored_from = source
+        return algo
 
     # ------------------------------------------------------------------ checkpoints (ftrl.rl.driver.state)
 
@@ -453,6 +515,7 @@ class Algorithm:
             algo_state.set_state(self.run_state, state, learner=self.learner, learner_group=self.learner_group,
                                  apply_hyperparams=self.apply_hyperparams)
             self.learner_access.publish()
+        self.hooks.checkpoint_loaded(self)
 
     def _resume(self, known_row: dict[str, Any] | None = None) -> None:
         if self.output is None:
@@ -460,6 +523,7 @@ class Algorithm:
         algo_state.resume(self.run_state, self.output, learner=self.learner, learner_group=self.learner_group,
                           check_compatible=self.check_compatible, apply_hyperparams=self.apply_hyperparams,
                           known_row=known_row)
+        self.output.resumed_at(self.run_state.env_steps_sampled)
 
     # ------------------------------------------------------------------ live hyperparameters, exploit
 
@@ -468,9 +532,11 @@ class Algorithm:
         observation filter and episode window with `hyperparams` (live keys), keeping this
         run's runners, learners and counters (ftrl.rl.driver.exploit). On the training thread."""
         assert self.learner_access is not None
-        return algo_exploit.exploit(self.run_state, Path(checkpoint), hyperparams or {}, config=self.config,
+        info = algo_exploit.exploit(self.run_state, Path(checkpoint), hyperparams or {}, config=self.config,
                                     spec=self.spec, access=self.learner_access, learner_group=self.learner_group,
                                     runners=self.runners, sync_weights=self.sync_weights, job_name=self.job_name)
+        self.hooks.checkpoint_loaded(self)
+        return info
 
     def apply_hyperparams(self, hyperparams: Mapping[str, Any]) -> dict[str, Any]:
         """Change live training keys (ftrl.config.live) in place: checked first (a key that is
@@ -558,6 +624,7 @@ class Algorithm:
         }
         if output is not None and reason != "drained":
             output.write_result(summary)
+        self.hooks.algorithm_end(self, reason)
         return summary
 
     def stop(self, kill_actors: bool = True) -> None:

@@ -4,6 +4,7 @@ evaluation runner (`Algorithm.evaluate`).
 
     ev = evaluate(runners, config.evaluation_cfg, version, weights, filter_state)
     ev["episode_return_mean"], ev["num_episodes"], ev["weights_version"]
+    ev["custom_metrics"]    # NAME_mean/min/max over the evaluated episodes (user callbacks)
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from typing import Any
 import numpy as np
 
 from ftrl.config import EvaluationConfig
+from ftrl.rl.callbacks import custom_metric_stats
 from ftrl.rl.driver.runners import DriverRunners
 
 
 def evaluate(runners: DriverRunners, ev: EvaluationConfig, version: int, weights: np.ndarray,
-             filter_state: dict[str, Any]) -> dict[str, Any]:
+             filter_state: dict[str, Any], record_video: bool = False) -> dict[str, Any]:
     """Evaluate weights `version` (with the central filter's state) as `ev` says; returns
     the episodes' statistics, the env steps, the version and the time it took (a group:
-    its health and failure counters too, as eval_*)."""
+    its health and failure counters too, as eval_*). `record_video`: one runner records
+    one episode; its MP4 comes back in "video" ({"mp4", "length", "return", "fps"})."""
     results: list[dict[str, Any]] = []
     t0 = time.monotonic()
     healthy = 0
@@ -29,14 +32,14 @@ def evaluate(runners: DriverRunners, ev: EvaluationConfig, version: int, weights
     if group is not None:
         group.poll_recoveries()
         group.sync_weights(version, weights, filter_state)
-        results = group.evaluate(ev.evaluation_duration, ev.evaluation_duration_unit)
+        results = group.evaluate(ev.evaluation_duration, ev.evaluation_duration_unit, record_video)
         healthy = group.num_healthy
     else:
         runner = runners.eval_runner()
         runner.set_weights(version, weights, filter_state)
         kwargs = ({"num_episodes": ev.evaluation_duration} if ev.evaluation_duration_unit == "episodes"
                   else {"num_timesteps": ev.evaluation_duration})
-        results = [runner.evaluate(**kwargs)]
+        results = [runner.evaluate(**kwargs, record_video=record_video)]
     returns = np.concatenate([np.asarray(r["returns"], np.float64) for r in results]) if results else np.zeros(0)
     lengths = np.concatenate([np.asarray(r["lengths"], np.int64) for r in results]) if results else np.zeros(0)
     out = {
@@ -45,11 +48,39 @@ def evaluate(runners: DriverRunners, ev: EvaluationConfig, version: int, weights
         "episode_return_max": float(returns.max()) if returns.size else None,
         "episode_len_mean": float(lengths.mean()) if lengths.size else None,
         "num_episodes": int(returns.size),
+        "custom_metrics": custom_metric_stats(_custom_columns(results)),
         "env_steps": int(sum(int(r.get("env_steps", 0)) for r in results)),
         "weights_version": version,
         "time_s": time.monotonic() - t0,
     }
+    video = next((r["video"] for r in results if isinstance(r.get("video"), dict)), None)
+    if video is not None:
+        out["video"] = video
     if group is not None:
         out["num_healthy_eval_runners"] = healthy
         out.update({f"eval_{k}": v for k, v in group.stats().items() if k != "num_healthy_eval_runners"})
     return out
+
+
+def video_due(ev: EvaluationConfig, iteration: int) -> bool:
+    """Whether the evaluation at `iteration` records a video: the 1st evaluation, then
+    every `evaluation_video_interval`-th."""
+    every, interval = ev.evaluation_video_interval, ev.evaluation_interval
+    if every <= 0 or not interval:
+        return False
+    return (iteration // interval - 1) % every == 0
+
+
+def _custom_columns(results: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """{name: every evaluated episode's value (NaN: not logged)} over the runners' results."""
+    columns: dict[str, list[float]] = {}
+    done = 0
+    for r in results:
+        n = len(r.get("returns", ()))
+        for name, values in (r.get("custom") or {}).items():
+            if len(values) == n:
+                columns.setdefault(name, [np.nan] * done).extend(float(v) for v in values)
+        done += n
+        for column in columns.values():
+            column.extend([np.nan] * (done - len(column)))
+    return columns

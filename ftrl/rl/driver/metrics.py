@@ -2,7 +2,9 @@
 
 `episode_return_mean` is the mean return of the last `window` (100) finished episodes,
 a window across iterations (RLlib's classic smoothing), None before any episode.
-Cut episodes (sub-env failures) never enter the window.
+Cut episodes (sub-env failures) never enter the window. The custom metrics the user's
+callbacks logged per episode share the window: `custom_stats()` gives NAME_mean,
+NAME_min and NAME_max over the window's episodes that logged NAME.
 """
 
 from __future__ import annotations
@@ -18,27 +20,48 @@ from typing import Any
 
 import numpy as np
 
+from ftrl.rl.callbacks import custom_metric_stats
 from ftrl.util.files import atomic_write_bytes
 
 
 class EpisodeWindow:
-    """Returns and lengths of the last `window` finished episodes."""
+    """Returns, lengths and custom metric values of the last `window` finished episodes."""
 
     def __init__(self, window: int = 100):
         self.window = window
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[int] = deque(maxlen=window)
+        #: per episode, {name: value} of the custom metrics its callbacks logged
+        self.custom: deque[dict[str, float]] = deque(maxlen=window)
         self.episodes_total = 0
 
-    def add(self, returns: Iterable[float], lengths: Iterable[int]) -> int:
-        """Add finished episodes; returns how many were added."""
-        n = 0
-        for r, length in zip(returns, lengths, strict=True):
+    def add(self, returns: Iterable[float], lengths: Iterable[int],
+            custom: Mapping[str, Iterable[float]] | None = None) -> int:
+        """Add finished episodes (`custom`: {name: a value per episode, NaN: not logged});
+        returns how many were added."""
+        returns, lengths = list(returns), list(lengths)
+        columns = {str(k): list(v) for k, v in (custom or {}).items()}
+        if any(len(column) != len(returns) for column in columns.values()):
+            columns = {}  # (a runner of another version) values that fit no episode: not kept
+        for j, (r, length) in enumerate(zip(returns, lengths, strict=True)):
             self.returns.append(float(r))
             self.lengths.append(int(length))
-            n += 1
-        self.episodes_total += n
-        return n
+            self.custom.append({k: float(v[j]) for k, v in columns.items() if v[j] == v[j]})
+        self.episodes_total += len(returns)
+        return len(returns)
+
+    def custom_stats(self) -> dict[str, float]:
+        """{"NAME_mean", "NAME_min", "NAME_max"} over the window's episodes that logged NAME."""
+        columns: dict[str, list[float]] = {}
+        for values in self.custom:
+            for name, value in values.items():
+                columns.setdefault(name, []).append(value)
+        return custom_metric_stats(columns)
+
+    def take_window(self, other: EpisodeWindow) -> None:
+        """The episodes of `other`'s window in place of this one's (PBT's exploit); this
+        run's episodes_total stays."""
+        self.returns, self.lengths, self.custom = other.returns, other.lengths, other.custom
 
     def stats(self) -> dict[str, Any]:
         if not self.returns:
@@ -57,15 +80,24 @@ class EpisodeWindow:
         }
 
     def get_state(self) -> dict[str, Any]:
+        names = sorted({name for values in self.custom for name in values})
         return {
             "returns": np.asarray(self.returns, np.float64),
             "lengths": np.asarray(self.lengths, np.int64),
             "episodes_total": self.episodes_total,
+            "custom": {name: np.asarray([v.get(name, np.nan) for v in self.custom], np.float64) for name in names},
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        self.returns = deque((float(x) for x in state["returns"]), maxlen=self.window)
-        self.lengths = deque((int(x) for x in state["lengths"]), maxlen=self.window)
+        returns = [float(x) for x in state["returns"]]
+        lengths = [int(x) for x in state["lengths"]]
+        columns = {str(k): list(v) for k, v in (state.get("custom") or {}).items()}
+        if any(len(column) != len(returns) for column in columns.values()):
+            columns = {}
+        custom = [{k: float(v[j]) for k, v in columns.items() if v[j] == v[j]} for j in range(len(returns))]
+        self.returns = deque(returns, maxlen=self.window)
+        self.lengths = deque(lengths, maxlen=self.window)
+        self.custom = deque(custom, maxlen=self.window)
         self.episodes_total = int(state.get("episodes_total", len(self.returns)))
 
 

@@ -23,7 +23,9 @@ It holds:
 - the live hyperparameters set while the job ran (`hyperparams`) and the config as every
   state holds it (`config_dict`, with them), the space spec (`spec_dict`);
 - the algorithm's own cumulative counters (`algo_counters`: IMPALA's stale and invalid
-  samples);
+  samples); the user's callbacks' (`callback_counts`: hooks that raised, custom metric
+  values and sub-env info values dropped, in every row) and what they logged this
+  iteration outside episodes (`iteration_metrics`: driver hooks, `on_sample_end`);
 - what the run wrote and reported: the newest iteration's row (`last_row`), rows a
   resume wrote and nobody reported yet (`rows_to_report`), where it resumed from
   (`restored_from`), its newest checkpoint and that checkpoint's summary.
@@ -40,9 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ftrl.rl.callbacks import Drops, MetricsLogger
 from ftrl.rl.driver.metrics import EpisodeWindow
 
 log = logging.getLogger(__name__)
+
+#: the callbacks' cumulative counters, in every row and driver state
+CALLBACK_COUNTS = ("num_callback_errors", "num_custom_metrics_dropped", "num_info_values_dropped")
 
 
 class ObservationFilter(Protocol):
@@ -55,6 +61,8 @@ class ObservationFilter(Protocol):
     def set_state(self, state: dict[str, Any] | None) -> None: ...
 
     def apply_delta(self, delta: dict[str, Any] | None) -> None: ...
+
+    def affine(self) -> tuple[Any, Any, float] | None: ...
 
     def __call__(self, x: Any, update: bool = True) -> Any: ...
 
@@ -87,6 +95,10 @@ class RunState:
         self.this_iter = IterationCounts()
         #: an algorithm's own cumulative counters (kept in every driver state)
         self.algo_counters: dict[str, int] = dict.fromkeys(algo_counters, 0)
+        #: the user's callbacks: hooks that raised, values dropped (runners' and the driver's)
+        self.callback_counts: dict[str, int] = dict.fromkeys(CALLBACK_COUNTS, 0)
+        #: values logged by driver hooks and `on_sample_end` since the last row
+        self.iteration_metrics = MetricsLogger(Drops("driver"))
         #: live training keys set while the job runs (exploits), kept in every driver state
         self.hyperparams: dict[str, Any] = {}
         # versions and incarnations
@@ -96,6 +108,8 @@ class RunState:
         self.persisted_learner_version = -1  # of the last learner state handed to the writer
         # what the run wrote and reported
         self.restored_from: Path | None = None
+        #: how many times this run resumed from a state (a restarted driver, `--resume`), in every row
+        self.num_driver_resumes = 0
         self.last_row: dict[str, Any] | None = None  # the metrics row of the newest iteration
         self.rows_to_report: list[dict[str, Any]] = []  # written by the resume, not reported yet
         self.last_checkpoint: Path | None = None  # written by this run
@@ -129,13 +143,35 @@ class RunState:
         self.this_iter.env_steps += steps
         self.this_iter.samples += 1
         eps = result.get("episodes") or {}
-        self.this_iter.episodes += self.episodes.add(eps.get("returns", []), eps.get("lengths", []))
+        self.this_iter.episodes += self.episodes.add(eps.get("returns", []), eps.get("lengths", []),
+                                                     eps.get("custom"))
+        if "callback_counts" in result or "sample_metrics" in result:
+            self._record_callbacks(result)
         delta = result.get("filter_delta")
         if delta is not None:
             try:
                 self.filter.apply_delta(delta)
             except ValueError as e:
                 log.warning("ignoring a filter delta from runner %s: %s", result.get("worker_index"), e)
+
+    def _record_callbacks(self, result: dict[str, Any]) -> None:
+        """A sample's callback counts (since its runner's last sample) and `on_sample_end`
+        values ({name: [value, reduce]}, logged on into this iteration's values)."""
+        for key, n in (result.get("callback_counts") or {}).items():
+            if key in self.callback_counts and isinstance(n, int):
+                self.callback_counts[key] += n
+        for name, entry in (result.get("sample_metrics") or {}).items():
+            if isinstance(entry, (list, tuple)) and len(entry) == 2:
+                self.iteration_metrics.log_value(name, entry[0], reduce=entry[1])
+
+    def close_iteration_metrics(self, result: dict[str, Any]) -> None:
+        """Into `result`: the values logged this iteration outside episodes, as
+        `custom_metrics[NAME]` (the logger emptied), and the callback counters."""
+        result.setdefault("custom_metrics", {}).update(self.iteration_metrics.reduce_all())
+        drops = self.iteration_metrics.drops
+        self.callback_counts["num_custom_metrics_dropped"] += drops.count
+        drops.count = 0
+        result.update(self.callback_counts)
 
     def result_row(self, algo_result: dict[str, Any], iter_time: float, runner_stats: dict[str, Any],
                    learner_stats: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +185,8 @@ class RunState:
             "episodes_total": self.episodes.episodes_total,
             "episodes_this_iter": self.this_iter.episodes,
             **self.episodes.stats(),
+            "custom_metrics": {**self.episodes.custom_stats(), **self.iteration_metrics.peek()},
+            "num_driver_resumes": self.num_driver_resumes,
             **runner_stats,
             **learner_stats,
             "time_s": self.time_s,

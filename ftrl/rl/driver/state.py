@@ -148,6 +148,8 @@ def driver_state(run: RunState, *, algo_name: str, learner_version: int, runners
         "actors": known_actors(runners, learner_group),
         "rng": global_rng_to_wire(),
         "algo_counters": dict(run.algo_counters),
+        "callback_counts": dict(run.callback_counts),
+        "num_driver_resumes": run.num_driver_resumes,
         "hyperparams": dict(run.hyperparams),
         "row": run.newest_row(),
         "saved_at": time.time(),
@@ -181,6 +183,10 @@ def apply_driver_state(run: RunState, state: dict[str, Any], *, learner_group: L
     algo_counters = state.get("algo_counters") or {}
     for key in run.algo_counters:
         run.algo_counters[key] = int(algo_counters.get(key, 0))
+    run.num_driver_resumes = int(state.get("num_driver_resumes", 0))
+    callback_counts = state.get("callback_counts") or {}
+    for key in run.callback_counts:
+        run.callback_counts[key] = int(callback_counts.get(key, 0))
     run.last_checkpoint_iteration = run.iteration
     hyperparams = state.get("hyperparams") or {}
     if hyperparams:  # a PBT trial keeps what its exploits gave it
@@ -283,6 +289,7 @@ def resume(run: RunState, output: RunOutput, *, learner: StatefulLearner, learne
     if wanted is None:
         log.warning("no state under %s: starting fresh", output.directory)
         return
+    run.num_driver_resumes += 1
     last = log_.last()
     run.last_row = last if last is not None and last["iteration"] == run.iteration else None
     _restore_learner(output, wanted, state, learner, learner_group)
@@ -324,6 +331,7 @@ def _counters_from_row(run: RunState, row: dict[str, Any], learner_group: Learne
     run.env_steps_trained = int(row.get("env_steps_trained") or run.env_steps_trained)
     run.time_base = max(run.time_base, float(row.get("time_s") or 0.0))
     run.episodes.episodes_total = max(run.episodes.episodes_total, int(row.get("episodes_total") or 0))
+    run.num_driver_resumes = max(run.num_driver_resumes, int(row.get("num_driver_resumes") or 0))
     counters = {k: int(row[k]) for k in _ROW_RUNNER_COUNTERS if isinstance(row.get(k), int)}
     run.saved_runner_counters = {**run.saved_runner_counters, "env_runners": counters}
     run.saved_actors = {}  # its incarnations are not known: nothing to reconcile against

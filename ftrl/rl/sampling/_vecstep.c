@@ -1,6 +1,6 @@
 /* One vector step over in-process sub-envs, the EnvRunner's hot loop below Python.
  *
- * step_envs(step_fns, actions, nxt, rew, term, trunc, ep_ret, fit, fast[, reset_fns])
+ * step_envs(step_fns, actions, nxt, rew, term, trunc, ep_ret, fit, fast[, reset_fns[, infos]])
  *     -> (ended, failed, finite, resets)
  *
  * For each sub-env i: call step_fns[i](actions[i]) and unpack (obs, reward, terminated,
@@ -27,6 +27,8 @@
  * `resets`: outcome None when the row holds the new episode's first observation, the
  * exception when the call or the unpack raised one (an Exception, as for steps), False
  * when the written row holds NaN or inf. Any other ended sub-env is left to the caller.
+ * When `infos` is a list (the runner's episode callbacks asked for them), infos[i] is set
+ * to the step's info right after the unpack; with None (the default) infos are dropped.
  * Python code called from here cannot crash it by changing the lists: IndexError.
  */
 #define PY_SSIZE_T_CLEAN
@@ -286,8 +288,8 @@ set_true(PyObject *list, Py_ssize_t i)
  * `failed`), -1: error */
 static int
 step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *fit, int fast,
-         PyObject *reset_fns, Py_ssize_t i, PyObject *ended, PyObject *failed, PyObject *resets,
-         int *finite)
+         PyObject *reset_fns, PyObject *infos, Py_ssize_t i, PyObject *ended, PyObject *failed,
+         PyObject *resets, int *finite)
 {
     PyObject *fns = lists[0], *actions = lists[1], *rew = lists[2], *term = lists[3],
              *trunc = lists[4], *ep_ret = lists[5];
@@ -309,6 +311,20 @@ step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *
         if (!PyErr_ExceptionMatches(PyExc_Exception) || append_failure(failed, i) < 0)
             return -1;
         return 0;
+    }
+    if (infos != NULL) {
+        if (i >= PyList_GET_SIZE(infos)) {
+            for (int k = 0; k < 5; k++)
+                Py_DECREF(items[k]);
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            return -1;
+        }
+        Py_INCREF(items[4]);
+        if (PyList_SetItem(infos, i, items[4]) < 0) {
+            for (int k = 0; k < 5; k++)
+                Py_DECREF(items[k]);
+            return -1;
+        }
     }
     Py_ssize_t d = out->shape[1];
     float *row = (float *)out->buf + i * d;
@@ -354,13 +370,18 @@ static PyObject *
 step_envs(PyObject *self, PyObject *args)
 {
     PyObject *fns, *actions, *nxt, *rew, *term, *trunc, *ep_ret, *fit, *reset_fns = Py_None;
+    PyObject *infos = Py_None;
     int fast;
-    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!Op|O:step_envs", &PyList_Type, &fns, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!Op|OO:step_envs", &PyList_Type, &fns, &PyList_Type,
                           &actions, &nxt, &PyList_Type, &rew, &PyList_Type, &term, &PyList_Type,
-                          &trunc, &PyList_Type, &ep_ret, &fit, &fast, &reset_fns))
+                          &trunc, &PyList_Type, &ep_ret, &fit, &fast, &reset_fns, &infos))
         return NULL;
     if (reset_fns != Py_None && !PyList_Check(reset_fns)) {
         PyErr_SetString(PyExc_TypeError, "step_envs: reset_fns must be a list or None");
+        return NULL;
+    }
+    if (infos != Py_None && !PyList_Check(infos)) {
+        PyErr_SetString(PyExc_TypeError, "step_envs: infos must be a list or None");
         return NULL;
     }
     Py_ssize_t e = PyList_GET_SIZE(fns);
@@ -385,10 +406,11 @@ step_envs(PyObject *self, PyObject *args)
     PyObject *failed = PyList_New(0);
     PyObject *resets = PyList_New(0);
     PyObject *rfns = reset_fns == Py_None ? NULL : reset_fns;
+    PyObject *ifos = infos == Py_None ? NULL : infos;
     if (ended == NULL || failed == NULL || resets == NULL)
         goto error;
     for (Py_ssize_t i = 0; i < e; i++)
-        if (step_one(lists, nxt, &out, fit, fast, rfns, i, ended, failed, resets, &finite) < 0)
+        if (step_one(lists, nxt, &out, fit, fast, rfns, ifos, i, ended, failed, resets, &finite) < 0)
             goto error;
     PyBuffer_Release(&out);
     return Py_BuildValue("(NNON)", ended, failed, finite ? Py_True : Py_False, resets);

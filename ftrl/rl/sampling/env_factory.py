@@ -14,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from ftrl.rl.sampling.atari import EVALUATION_ENV_CONFIG as ATARI_EVALUATION_ENV_CONFIG
 from ftrl.rl.sampling.atari import atari_id, make_atari
 from ftrl.util.imports import import_object
 from ftrl.wire.errors import ConfigError
@@ -59,6 +60,23 @@ def make_env(env: str, env_config: dict | None = None) -> gym.Env:
             "not a gymnasium.Env"
         )
     return instance
+
+
+def evaluation_env_config(env: str, env_config: dict, evaluation_config: dict) -> dict:
+    """The env_config of evaluation episodes: Atari's without episodic life and reward
+    clipping, then the user's `evaluation_config["env_config"]` over it."""
+    out = dict(env_config)
+    if atari_id(env) is not None:
+        out.update(ATARI_EVALUATION_ENV_CONFIG)
+    out.update(evaluation_config.get("env_config", {}))
+    return out
+
+
+def with_render_mode(env: str, env_config: dict, render_mode: str = "rgb_array") -> dict:
+    """`env_config` asking for frames: gymnasium ids and Atari take `render_mode` as
+    gymnasium.make's keyword; a creator by import path gets it in its config dict (and
+    must pass it on), an Env class by import path as its keyword argument."""
+    return {**env_config, "render_mode": render_mode}
 
 
 def probe_spaces(env: str, env_config: dict | None = None) -> tuple[gym.Space, gym.Space]:

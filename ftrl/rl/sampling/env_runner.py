@@ -64,10 +64,12 @@ import numpy as np
 
 from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
+from ftrl.rl.callbacks import HookCaller, MetricsLogger, build_callbacks
 from ftrl.rl.models.policy import make_policy
-from ftrl.rl.sampling.atari import EVALUATION_ENV_CONFIG as ATARI_EVALUATION_ENV_CONFIG
-from ftrl.rl.sampling.atari import atari_id
+from ftrl.rl.sampling.env_factory import evaluation_env_config, with_render_mode
+from ftrl.rl.sampling.episode_hooks import EpisodeHooks
 from ftrl.rl.sampling.filters import NoFilter, make_filter
+from ftrl.rl.sampling.recorder import EpisodeRecorder
 from ftrl.rl.sampling.sub_env import SubEnvError, make_sub_env
 from ftrl.rl.sampling.sub_env_lifecycle import _UNWATCHED, SubEnvLifecycle, _Unwatched
 from ftrl.rl.sampling.vector_step import loop_name, select_step_envs, sq_sum
@@ -117,12 +119,13 @@ class EnvRunner(SubEnvLifecycle):
         self.env_id = cfg.environment_cfg.env
         self.env_config = dict(cfg.environment_cfg.env_config)
         self.explore = run.explore
-        if evaluation:
+        if evaluation:  # Atari: no episodic life nor reward clipping; the user's overrides
             overrides = cfg.evaluation_cfg.evaluation_config
             self.explore = bool(overrides.get("explore", False))
-            if atari_id(self.env_id) is not None:  # no episodic life nor reward clipping
-                self.env_config.update(ATARI_EVALUATION_ENV_CONFIG)
-            self.env_config.update(overrides.get("env_config", {}))
+            self.env_config = evaluation_env_config(self.env_id, self.env_config, overrides)
+            if cfg.evaluation_cfg.evaluation_video_interval > 0:  # frames on request only
+                os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen
+                self.env_config = with_render_mode(self.env_id, self.env_config)
         self.remote_envs = run.remote_worker_envs
         self.restart_sub_envs = ft.restart_failed_sub_environments
         self.max_restart_attempts = ft.max_num_sub_env_restart_attempts
@@ -149,9 +152,19 @@ class EnvRunner(SubEnvLifecycle):
             self._watchdog = ProgressWatchdog(timeout, what="env step", name=ctx_name)
 
         self._envs: list[Any] = []
+        #: the user's callbacks (`callbacks_class`), their episode hooks (None: none overridden)
+        self._callbacks: HookCaller | None = None
+        self._episode_hooks: EpisodeHooks | None = None
+        self._recorder: EpisodeRecorder | None = None  # set while an evaluation records a video
+        self._callback_counts_sent: dict[str, int] = {}
         self._seeded = [False] * self.num_envs
         self._restarts_of = [0] * self.num_envs
         try:
+            callbacks = build_callbacks(cfg.callbacks_cfg.callbacks_class)
+            if callbacks is not None:
+                kind = "evaluation runner" if evaluation else "env runner"
+                self._callbacks = HookCaller(callbacks, f"{kind} {self.worker_index}")
+                self._episode_hooks = EpisodeHooks.create(self._callbacks, self, self.num_envs, self._env_of)
             self.spec: SpaceSpec = self._build_and_check_envs(space_spec)
             self.encoder = ObsEncoder(self.spec)
             # a 1-D Box observation: rows of the right length are assigned directly
@@ -184,6 +197,7 @@ class EnvRunner(SubEnvLifecycle):
         self._broken: set[int] = set()
         # counters
         self.num_sub_env_restarts = 0
+        self.info_values_dropped = 0  # info values sub-env processes could not send (callbacks)
         self.env_steps_total = 0
         self.episodes_total = 0
         self.num_samples = 0
@@ -192,10 +206,15 @@ class EnvRunner(SubEnvLifecycle):
 
     def _create(self, i: int) -> Any:
         """A new sub-env i: in this process, or in a child process (`remote_worker_envs`)."""
-        env = make_sub_env(i, self.env_id, self.env_config, self.remote_envs, self.sub_env_timeout_s)
+        env = make_sub_env(i, self.env_id, self.env_config, self.remote_envs, self.sub_env_timeout_s,
+                           keep_info=self._episode_hooks is not None)
         if i < len(self._seeded):
             self._seeded[i] = False
         return env
+
+    def _env_of(self, i: int) -> Any:
+        """Sub-env i's gymnasium env, for the callbacks (None for a sub-env process)."""
+        return None if self.remote_envs else self._envs[i].env
 
 
     # ------------------------------------------------------------------ sampling
@@ -261,9 +280,12 @@ class EnvRunner(SubEnvLifecycle):
         remote = self.remote_envs
         step_fns = self._step_fns()
         step_envs = _step_envs
-        reset_fns = self._reset_fns()
+        recorder = self._recorder  # recording: episode ends reset here, after their last frame
+        reset_fns = self._reset_fns() if recorder is None else None
         resets: list = []  # the vector step's resets at episode ends: (sub-env, outcome)
         restarts_seen = self.num_sub_env_restarts
+        hooks = self._episode_hooks  # None without episode callbacks: no infos kept
+        infos = hooks.infos if hooks is not None else None
         ep_ret = self._ep_ret
         ep_ids = self._ep_ids
         act, act_into = self.policy.act, self.policy.act_into
@@ -297,7 +319,7 @@ class EnvRunner(SubEnvLifecycle):
                 trunc_l = [False] * e
                 failed: dict[int, SubEnvError] = {}
                 if remote:
-                    self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed)
+                    self._step_remote(env_actions, nxt, rew_l, term_l, trunc_l, failed, infos)
                     for i in envs:
                         ep_ret[i] += rew_l[i]
                     ended = [i for i in envs if term_l[i] or trunc_l[i]]
@@ -305,7 +327,7 @@ class EnvRunner(SubEnvLifecycle):
                     finite = isfinite(sum(rew_l)) and isfinite(sq_sum(nxt, nxt))
                 else:  # in C when built, else its Python twin (ftrl.rl.sampling.vector_step)
                     ended, raised, finite, resets = step_envs(step_fns, env_actions, nxt, rew_l, term_l,
-                                                              trunc_l, ep_ret, fit, fast, reset_fns)
+                                                              trunc_l, ep_ret, fit, fast, reset_fns, infos)
                     for i, exc in raised:
                         failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
                         failed[i].__cause__ = exc
@@ -315,13 +337,17 @@ class EnvRunner(SubEnvLifecycle):
                 if failed:
                     self._handle_failures(failed, nxt, rew_l, term_l, trunc_l)
                     step_fns = self._step_fns()
-                    reset_fns = self._reset_fns()
+                    reset_fns = self._reset_fns() if recorder is None else None
                     restarts_seen = self.num_sub_env_restarts
                     fast = False
                     if record:
                         for i in failed:
                             b_valid[t, i] = False
                     ended = [i for i in envs if term_l[i] or trunc_l[i]]  # failed ones are truncated
+                if hooks is not None:
+                    hooks.stepped(rew_l, ended, failed)
+                if recorder is not None:
+                    recorder.stepped(rew_l[0], 0 in ended, 0 in failed)
                 self._vec_steps += 1
                 if record:
                     rew_rows.append(rew_l)
@@ -332,12 +358,13 @@ class EnvRunner(SubEnvLifecycle):
                     self._end_episodes(ended, failed, nxt, term_l, trunc_l, b_tval, t, resets)
                     if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
                         step_fns = self._step_fns()
-                        reset_fns = self._reset_fns()
+                        reset_fns = self._reset_fns() if recorder is None else None
                         restarts_seen = self.num_sub_env_restarts
                         fast = False
                 if not direct:
                     self._obs, self._next_obs = nxt, obs
-                if max_episodes is not None and len(self._done_returns) >= max_episodes:
+                if max_episodes is not None and len(self._done_returns) >= max_episodes and (
+                        recorder is None or recorder.done):
                     break
         except BaseException:
             if direct and t >= 0:  # where the envs are: they last acted on step t's observation
@@ -379,9 +406,12 @@ class EnvRunner(SubEnvLifecycle):
         """Step every sub-env `rollout_fragment_length` times.
 
         Returns {"batch": fragment (see ftrl.rl.sample_batch), "episodes": {"returns",
-        "lengths"} of episodes finished during this call, "env_steps": T*E,
-        "weights_version", "filter_delta", "num_sub_env_restarts" (cumulative),
-        "sub_env_restarts" (during this call), "worker_index", "sample_time_s"}.
+        "lengths"} of episodes finished during this call (with callbacks that log custom
+        metrics, "custom": {name: a value per episode, NaN where not logged}), "env_steps":
+        T*E, "weights_version", "filter_delta", "num_sub_env_restarts" (cumulative),
+        "sub_env_restarts" (during this call), "worker_index", "sample_time_s"}; with
+        callbacks also "callback_counts" (errors and dropped values during this call) and
+        "sample_metrics" ({name: [value, reduce]} logged in `on_sample_end`).
         """
         with self._lock:
             t0 = time.perf_counter()
@@ -393,7 +423,7 @@ class EnvRunner(SubEnvLifecycle):
                 raise
             self.num_samples += 1
             assert batch is not None
-            return {
+            result = {
                 "batch": batch,
                 "episodes": self._take_episodes(),
                 "env_steps": self.fragment_length * self.num_envs,
@@ -404,6 +434,22 @@ class EnvRunner(SubEnvLifecycle):
                 "worker_index": self.worker_index,
                 "sample_time_s": time.perf_counter() - t0,
             }
+            if self._callbacks is not None:
+                self._sample_end(result)
+            return result
+
+    def _sample_end(self, result: dict[str, Any]) -> None:
+        """`on_sample_end` (its metrics, reduced, go to the driver's iteration values) and
+        the callbacks' error and drop counts since the last sample."""
+        assert self._callbacks is not None
+        if "on_sample_end" in self._callbacks:
+            logger = MetricsLogger(self._callbacks.drops)
+            if self._callbacks.call("on_sample_end", env_runner=self, samples=result["batch"],
+                                    metrics_logger=logger, worker_index=self.worker_index):
+                result["sample_metrics"] = {k: [v, how] for k, (v, how) in logger.reductions().items()}
+        now = {**self._callbacks.counts(), "num_info_values_dropped": self.info_values_dropped}
+        result["callback_counts"] = {k: v - self._callback_counts_sent.get(k, 0) for k, v in now.items()}
+        self._callback_counts_sent = now
 
     def evaluate(
         self,
@@ -411,12 +457,16 @@ class EnvRunner(SubEnvLifecycle):
         num_timesteps: int | None = None,
         explore: bool | None = None,
         max_env_steps: int = 1_000_000,
+        record_video: bool = False,
     ) -> dict[str, Any]:
         """Run fresh episodes (all sub-envs reset first) without learning or filter updates.
 
         Stops after `num_episodes` finished episodes (or `max_env_steps`, so an env that
         never ends cannot hang it) or `num_timesteps` env steps (rounded up to whole
-        vector steps). Returns {"returns", "lengths", "env_steps"}.
+        vector steps). Returns {"returns", "lengths", "env_steps"} (and "custom", as
+        `sample()`'s episodes, when the callbacks logged custom metrics). `record_video`:
+        sub-env 0's first whole episode as an MP4 too, in "video" ({"mp4", "length",
+        "return", "fps"}; ftrl.rl.sampling.recorder), the evaluation going on until it ended.
         """
         if (num_episodes is None) == (num_timesteps is None):
             raise ValueError("evaluate() needs exactly one of num_episodes or num_timesteps")
@@ -425,16 +475,36 @@ class EnvRunner(SubEnvLifecycle):
             self._needs_reset = True
             explore = self.explore if explore is None else explore
             steps_before = self.env_steps_total
-            if num_timesteps is not None:
-                self._run(max(1, math.ceil(num_timesteps / self.num_envs)), explore, record=False)
-            else:
-                while len(self._done_returns) < num_episodes and self.env_steps_total - steps_before < max_env_steps:
-                    self._run(1000, explore, record=False, max_episodes=num_episodes)
+            recorder = self._recorder = self._new_recorder() if record_video else None
+            try:
+                if num_timesteps is not None:
+                    self._run(max(1, math.ceil(num_timesteps / self.num_envs)), explore, record=False)
+                else:
+                    while ((len(self._done_returns) < num_episodes or (recorder is not None and not recorder.done))
+                           and self.env_steps_total - steps_before < max_env_steps):
+                        self._run(1000, explore, record=False, max_episodes=num_episodes)
+            finally:
+                self._recorder = None
             episodes = self._take_episodes()
             if num_episodes is not None:
+                custom = episodes.pop("custom", None)
                 episodes = {k: v[:num_episodes] for k, v in episodes.items()}
+                if custom is not None:
+                    episodes["custom"] = {k: v[:num_episodes] for k, v in custom.items()}
             self._needs_reset = True
-            return {**episodes, "env_steps": self.env_steps_total - steps_before}
+            video = recorder.video() if recorder is not None else None
+            return {**episodes, "env_steps": self.env_steps_total - steps_before,
+                    **({"video": video} if video is not None else {})}
+
+    def _new_recorder(self) -> EpisodeRecorder | None:
+        """A recorder of sub-env 0 (None, logged, for sub-env processes: they do not render here)."""
+        if self.remote_envs:
+            log.warning("env runner %d: no evaluation video with remote_worker_envs (sub-envs render in their "
+                        "own processes)", self.worker_index)
+            return None
+        env = self._envs[0].env
+        fps = int((getattr(env, "metadata", None) or {}).get("render_fps") or 30)
+        return EpisodeRecorder(lambda: self._envs[0].env, fps)
 
     def set_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> dict[str, Any]:
         """Load policy weights (flat float32) tagged `version`, and optionally filter state."""

@@ -85,6 +85,10 @@ class NoFilter:
     def set_state(self, state: dict[str, Any] | None) -> None:
         _check_kind(self.kind, state)
 
+    def affine(self) -> None:
+        """No transform (see `MeanStdFilter.affine`)."""
+        return None
+
     def get_delta(self, flush: bool = True) -> dict[str, Any]:
         return {"kind": self.kind}
 
@@ -118,6 +122,11 @@ class MeanStdFilter:
         out = (np.asarray(x, np.float32) - self._mean) * self._inv_std
         np.clip(out, -self.clip, self.clip, out=out)
         return out
+
+    def affine(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(mean, 1/std, clip) as it filters now: `clip((x - mean) / std, -clip, clip)`
+        (what an exported policy folds into its graph)."""
+        return self._mean.copy(), self._inv_std.copy(), float(self.clip)
 
     def get_state(self) -> dict[str, Any]:
         """The full statistics (what the driver pushes to runners and checkpoints)."""

@@ -41,9 +41,10 @@ class Evaluation:
         self._ledger = ledger
         self.timeout_s = timeout_s
 
-    def evaluate(self, duration: int, unit: str) -> list[dict[str, Any]]:
+    def evaluate(self, duration: int, unit: str, record_video: bool = False) -> list[dict[str, Any]]:
         """Split `duration` episodes/timesteps over the healthy runners; wait up to the
-        evaluation timeout. Late evaluations are counted and dropped later."""
+        evaluation timeout. Late evaluations are counted and dropped later. `record_video`:
+        the first of them records a video of one episode too (one runner only)."""
         runners = self._runners
         runners.poll_recoveries()
         for slot in runners.slots:
@@ -54,9 +55,10 @@ class Evaluation:
             return []
         per = max(1, math.ceil(duration / len(ready)))
         kwargs = {"num_episodes": per} if unit == "episodes" else {"num_timesteps": per}
-        for slot in ready:
+        for n, slot in enumerate(ready):
             try:
-                slot.inflight = slot.handle.submit("evaluate", **kwargs)
+                video = {"record_video": True} if record_video and n == 0 else {}
+                slot.inflight = slot.handle.submit("evaluate", **kwargs, **video)
                 slot.inflight_late = False
             except FtrlError as e:
                 runners.on_failure(slot, e, "evaluate")

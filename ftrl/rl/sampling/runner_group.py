@@ -187,9 +187,10 @@ class EnvRunnerGroup:
     def max_weights_lag(self, lag: int) -> None:
         self.ledger.max_weights_lag = int(lag)
 
-    def evaluate(self, duration: int, unit: str) -> list[dict[str, Any]]:
-        """Split `duration` episodes/timesteps over the healthy runners (`Evaluation`)."""
-        return self.evaluator.evaluate(duration, unit)
+    def evaluate(self, duration: int, unit: str, record_video: bool = False) -> list[dict[str, Any]]:
+        """Split `duration` episodes/timesteps over the healthy runners (`Evaluation`; one
+        of them records a video with `record_video`)."""
+        return self.evaluator.evaluate(duration, unit, record_video)
 
     # ------------------------------------------------------------------ weights
 

@@ -1,10 +1,14 @@
 """One sub-environment of an EnvRunner, in this process or in a child process.
 
 Both kinds have the same interface: `reset(seed) -> obs`, `step(action) -> (obs,
-reward, terminated, truncated)` or the same split as `step_start(action)` then
-`step_finish()`, and `close()`. Splitting step in
-two lets the runner start every remote sub-env before waiting on any, so child
-processes step in parallel; for in-process sub-envs `step_start` only stores the action.
+reward, terminated, truncated, info)` or the same split as `step_start(action)` then
+`step_finish()`, and `close()`. A child sends the step's info only when asked
+(`keep_info`: the runner's episode callbacks read it), and then only the values that
+cross processes (`wire_info`: numbers, strings, booleans, numpy arrays, and lists and
+dicts of them); anything else is dropped and counted (`info_values_dropped`).
+Splitting step in two lets the runner start every remote sub-env before waiting on any,
+so child processes step in parallel; for in-process sub-envs `step_start` only stores
+the action.
 
 Any failure of the environment (an exception in reset/step, a dead or hung child
 process) raises `SubEnvError`, so the runner can tell it apart from its own bugs.
@@ -15,7 +19,7 @@ A remote sub-env is `python -m ftrl.rl.sampling.sub_env FD` started with `subpro
 connected by a socketpair. Messages are `ftrl.util.framing` frames (little-endian u32
 length, 1 GiB cap) of `ftrl.wire.codec` msgpack: nothing is pickled either way, and the
 child's stdout stays free for the environment's own prints.
-    parent -> child: ["init", env, env_config, seed] | ["reset", seed] | ["step", action] | ["close"]
+    parent -> child: ["init", env, env_config, keep_info] | ["reset", seed] | ["step", action] | ["close"]
     child -> parent: ["ok", payload] | ["err", type, message, traceback]
 """
 
@@ -75,17 +79,17 @@ class LocalSubEnv:
             raise reset_error(self.index, e) from e
         return obs
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool]:
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, Any]:
         try:
-            obs, reward, terminated, truncated, _ = self.env.step(action)
+            obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as e:
             raise SubEnvError(self.index, f"step raised {type(e).__name__}: {e}") from e
-        return obs, reward, terminated, truncated
+        return obs, reward, terminated, truncated, info
 
     def step_start(self, action: Any) -> None:
         self._action = action
 
-    def step_finish(self) -> tuple[Any, float, bool, bool]:
+    def step_finish(self) -> tuple[Any, float, bool, bool, Any]:
         return self.step(self._action)
 
     def close(self) -> None:
@@ -110,10 +114,13 @@ class RemoteSubEnv:
         self._proc = proc
         sock.settimeout(timeout_s)
         self.spec: SpaceSpec | None = None  # the env's spaces, once `start` asked the child
+        self.info_values_dropped = 0  # info values the child could not send (`wire_info`)
 
     @classmethod
-    def start(cls, index: int, env: str, env_config: dict, timeout_s: float = 60.0) -> RemoteSubEnv:
-        """Start `python -m ftrl.rl.sampling.sub_env` serving `env`; its spaces in `.spec`."""
+    def start(cls, index: int, env: str, env_config: dict, timeout_s: float = 60.0,
+              keep_info: bool = False) -> RemoteSubEnv:
+        """Start `python -m ftrl.rl.sampling.sub_env` serving `env`; its spaces in `.spec`.
+        `keep_info`: the child sends each step's info (what crosses, `wire_info`)."""
         parent, child = socket.socketpair()
         try:
             env_vars = dict(os.environ)
@@ -132,7 +139,8 @@ class RemoteSubEnv:
             child.close()
         sub = cls(index, parent, proc, timeout_s=timeout_s)
         try:
-            sub.spec = SpaceSpec.from_dict(sub._request(["init", env, dict(env_config)], what="init"))
+            sub.spec = SpaceSpec.from_dict(sub._request(["init", env, dict(env_config), bool(keep_info)],
+                                                        what="init"))
         except SubEnvError:
             sub.close()
             raise
@@ -200,11 +208,16 @@ class RemoteSubEnv:
     def step_start(self, action: Any) -> None:
         self._send(["step", action])
 
-    def step_finish(self) -> tuple[Any, float, bool, bool]:
-        obs, reward, terminated, truncated = self._recv("step")
-        return obs, reward, terminated, truncated
+    def step_finish(self) -> tuple[Any, float, bool, bool, Any]:
+        reply = self._recv("step")
+        if len(reply) == 6:  # the info kept, and how many of its values could not cross
+            obs, reward, terminated, truncated, info, dropped = reply
+            self.info_values_dropped += int(dropped)
+            return obs, reward, terminated, truncated, info
+        obs, reward, terminated, truncated = reply
+        return obs, reward, terminated, truncated, None
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool]:
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, Any]:
         self.step_start(action)
         return self.step_finish()
 
@@ -227,12 +240,57 @@ class RemoteSubEnv:
 
 
 def make_sub_env(
-    index: int, env: str, env_config: dict, remote: bool, timeout_s: float = 60.0
+    index: int, env: str, env_config: dict, remote: bool, timeout_s: float = 60.0, keep_info: bool = False
 ) -> LocalSubEnv | RemoteSubEnv:
-    """Create sub-env `index` in this process or in a child process."""
+    """Create sub-env `index` in this process or in a child process (`keep_info`: it
+    sends each step's info, see `wire_info`)."""
     if remote:
-        return RemoteSubEnv.start(index, env, env_config, timeout_s=timeout_s)
+        return RemoteSubEnv.start(index, env, env_config, timeout_s=timeout_s, keep_info=keep_info)
     return LocalSubEnv(index, env, env_config)
+
+
+_WIRE_SCALARS = (bool, int, float, str, bytes, type(None))
+
+
+def wire_info(info: Any) -> tuple[dict[str, Any], int]:
+    """What of a step's info crosses processes: values that are numbers, strings,
+    booleans, None, numpy arrays or scalars (of numbers or booleans), and lists and
+    dicts (str keys) of them; the info as such a dict, and how many values were dropped."""
+    if not isinstance(info, dict):
+        return {}, 0 if info is None else 1
+    out: dict[str, Any] = {}
+    dropped = 0
+    for key, value in info.items():
+        kept, n = _wire_value(value, depth=0)
+        dropped += n
+        if n == 0 and isinstance(key, str):
+            out[key] = kept
+        elif n == 0:
+            dropped += 1
+    return out, dropped
+
+
+def _wire_value(value: Any, depth: int) -> tuple[Any, int]:
+    """(value as it crosses, 0) or (None, values dropped)."""
+    import numpy as np
+
+    if isinstance(value, _WIRE_SCALARS):
+        return value, 0
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return value.item(), 0
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return value, 0
+    if depth < 4 and isinstance(value, (list, tuple)):
+        items = [_wire_value(v, depth + 1) for v in value]
+        if all(n == 0 for _, n in items):
+            return [v for v, _ in items], 0
+        return None, 1
+    if depth < 4 and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        items2 = {k: _wire_value(v, depth + 1) for k, v in value.items()}
+        if all(n == 0 for _, n in items2.values()):
+            return {k: v for k, (v, _) in items2.items()}, 0
+        return None, 1
+    return None, 1
 
 
 # --------------------------------------------------------------------------- child side
@@ -256,6 +314,7 @@ def _child_main(fd: int) -> None:
 
     sock = socket.socket(fileno=fd)
     env = None
+    keep_info = False
     while True:
         msg = _child_recv(sock)
         if msg is None:
@@ -264,13 +323,16 @@ def _child_main(fd: int) -> None:
         try:
             if cmd == "init":
                 env = make_env(msg[1], msg[2])
+                keep_info = len(msg) > 3 and bool(msg[3])
                 reply: list = ["ok", space_spec(env.observation_space, env.action_space).to_dict()]
             elif cmd == "reset":
                 obs, _ = env.reset(seed=msg[1])
                 reply = ["ok", obs]
             elif cmd == "step":
-                obs, reward, terminated, truncated, _ = env.step(msg[1])
+                obs, reward, terminated, truncated, info = env.step(msg[1])
                 reply = ["ok", [obs, float(reward), bool(terminated), bool(truncated)]]
+                if keep_info:
+                    reply[1].extend(wire_info(info))
             elif cmd == "close":
                 break
             else:

@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ftrl.rl.sampling.episode_hooks import EpisodeHooks
 from ftrl.rl.sampling.filters import MeanStdFilter, NoFilter
+from ftrl.rl.sampling.recorder import EpisodeRecorder
 from ftrl.rl.sampling.sub_env import SubEnvError, reset_error
 from ftrl.rl.sampling.vector_step import sq_sum
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec
@@ -78,8 +80,11 @@ class SubEnvLifecycle:
     _done_lengths: list[int]
     _needs_reset: bool
     _broken: set[int]
+    _episode_hooks: EpisodeHooks | None
+    _recorder: EpisodeRecorder | None
     num_sub_env_restarts: int
     episodes_total: int
+    info_values_dropped: int
 
     def _create(self, i: int) -> Any:
         """A new sub-env i (the runner's: in-process or a process, its env and config)."""
@@ -142,6 +147,10 @@ class SubEnvLifecycle:
         self._next_episode += 1
         self._ep_ret[i] = 0.0
         self._ep_start[i] = self._vec_steps
+        if self._episode_hooks is not None:  # (an episode still open there was cut)
+            self._episode_hooks.start(i, self._ep_ids[i])
+        if i == 0 and self._recorder is not None:  # an evaluation records sub-env 0's next episode
+            self._recorder.episode_started()
 
     def _fit_obs(self, out: np.ndarray, i: int, obs: Any, what: str) -> None:
         """Write `obs` into out[i] through the encoder, whose reshape refuses an observation
@@ -256,8 +265,10 @@ class SubEnvLifecycle:
         term_l: list,
         trunc_l: list,
         failed: dict[int, SubEnvError],
+        infos: list | None = None,
     ) -> None:
-        """Start every child's step, then collect them (children step in parallel)."""
+        """Start every child's step, then collect them (children step in parallel); each
+        step's info into `infos` when given (then the children send them)."""
         envs = self._envs
         wd, now = self._watchdog, time.monotonic
         misfit: ConfigError | None = None
@@ -272,7 +283,7 @@ class SubEnvLifecycle:
             if i in failed:
                 continue
             try:
-                o, r, te, tr = env.step_finish()
+                o, r, te, tr, info = env.step_finish()
             except SubEnvError as err:
                 failed[i] = err
                 continue
@@ -285,6 +296,11 @@ class SubEnvLifecycle:
             rew_l[i] = r
             term_l[i] = te
             trunc_l[i] = tr
+            if infos is not None:
+                infos[i] = info
+                if env.info_values_dropped:  # values the child could not send
+                    self.info_values_dropped += env.info_values_dropped
+                    env.info_values_dropped = 0
         if misfit is not None:
             raise misfit
 
@@ -339,6 +355,7 @@ class SubEnvLifecycle:
                 b_tval[t, boot] = self._values(finals)
         vec_steps, ep_ret, ep_start = self._vec_steps, self._ep_ret, self._ep_start
         returns, lengths, reset = self._done_returns, self._done_lengths, self._reset_env
+        hooks = self._episode_hooks
         done = dict(resets) if resets else _NO_RESETS
         for i in idx:
             if failed and i in failed:
@@ -347,6 +364,8 @@ class SubEnvLifecycle:
             returns.append(float(ep_ret[i]))
             lengths.append(vec_steps - ep_start[i])
             self.episodes_total += 1
+            if hooks is not None:  # on_episode_end, before the next episode starts
+                hooks.end(i)
             if i not in done:
                 reset(i, nxt)
                 continue
@@ -356,11 +375,17 @@ class SubEnvLifecycle:
                                    else SubEnvError(i, "observation contains NaN or inf"))
             self._new_episode(i)
 
-    def _take_episodes(self) -> dict[str, np.ndarray]:
-        out = {
+    def _take_episodes(self) -> dict[str, Any]:
+        """The episodes finished since the last take: returns, lengths and, when the
+        callbacks logged any, "custom" ({name: a value per episode, NaN: not logged})."""
+        out: dict[str, Any] = {
             "returns": np.asarray(self._done_returns, np.float64),
             "lengths": np.asarray(self._done_lengths, np.int64),
         }
         self._done_returns = []
         self._done_lengths = []
+        if self._episode_hooks is not None:
+            custom = self._episode_hooks.take()
+            if custom:
+                out["custom"] = {name: np.asarray(v, np.float64) for name, v in custom.items()}
         return out

@@ -5,14 +5,15 @@
 same signature, return value, calls in the same order and the same side effects, so the
 runner calls whichever `select_step_envs()` picks through one code path:
 
-    step_envs(step_fns, actions, nxt, rew, term, trunc, ep_ret, fit, fast[, reset_fns])
+    step_envs(step_fns, actions, nxt, rew, term, trunc, ep_ret, fit, fast[, reset_fns[, infos]])
         -> (ended, failed, finite, resets)
 
-For each sub-env i: `o, r, te, tr, _ = step_fns[i](actions[i])`; an Exception there goes
+For each sub-env i: `o, r, te, tr, info = step_fns[i](actions[i])`; an Exception there goes
 into `failed` as (i, exception) and the sub-env is skipped (other BaseExceptions
-propagate). Otherwise `o` is written into row i of `nxt` (C-contiguous float32, shape
-(envs, dim)): copied when `fast` and it is a 1-D native float64/float32 array of `dim`
-items, else through `fit(nxt, i, o, "step")` (the runner's checked encoder write). Then
+propagate). When `infos` is a list (the runner's episode callbacks asked for them),
+infos[i] = info right after the unpack; with None (the default) infos are dropped.
+Otherwise `o` is written into row i of `nxt` (C-contiguous float32, shape (envs, dim)):
+copied when `fast` and it is a 1-D native float64/float32 array of `dim` items, else through `fit(nxt, i, o, "step")` (the runner's checked encoder write). Then
 rew[i] = r, ep_ret[i] += r, term[i]/trunc[i] = True when set, and i is appended to
 `ended` when either is. `finite` is False when a written row holds NaN or inf, or a
 reward is NaN, inf or no float (the caller then runs its exact per-env check). Errors
@@ -67,6 +68,7 @@ def step_envs(
     fit: Callable[[np.ndarray, int, Any, str], Any],
     fast: bool,
     reset_fns: list | None = None,
+    infos: list | None = None,
 ) -> StepResult:
     """One vector step in Python; the contract is the module docstring's (and _vecstep.c's)."""
     e = len(step_fns)
@@ -74,8 +76,9 @@ def step_envs(
     if (type(step_fns) is not list or type(actions) is not list or type(rew) is not list
             or type(term) is not list or type(trunc) is not list or type(ep_ret) is not list
             or (reset_fns is not None and type(reset_fns) is not list)
+            or (infos is not None and type(infos) is not list)
             or len(actions) != e or len(rew) != e or len(term) != e or len(trunc) != e or len(ep_ret) != e):
-        _check_lists(step_fns, actions, rew, term, trunc, ep_ret, reset_fns)
+        _check_lists(step_fns, actions, rew, term, trunc, ep_ret, reset_fns, infos)
     if type(nxt) is not _ndarray or nxt.dtype is not _F32 or nxt.ndim != 2 or nxt.shape[0] != e \
             or not nxt.flags.c_contiguous:
         _check_rows(nxt, e)
@@ -86,13 +89,15 @@ def step_envs(
     unchecked: list[int] | None = None  # rows the finite check skips: failed steps, bad resets
     for i in range(e):
         try:
-            o, r, te, tr, _ = step_fns[i](actions[i])
+            o, r, te, tr, info = step_fns[i](actions[i])
         except Exception as exc:
             failed.append((i, exc))
             if unchecked is None:
                 unchecked = []
             unchecked.append(i)
             continue
+        if infos is not None:
+            infos[i] = info
         if (fast and type(o) is _ndarray and ((dt := o.dtype) is _F32 or dt is _F64 or dt in _FLOAT_ROWS)
                 and o.ndim == 1 and len(o) == d):  # (`_float_row` inline: the hot path)
             nxt[i] = o
@@ -132,11 +137,13 @@ def _float_row(dt: np.dtype) -> bool:
 
 def _check_lists(*lists: Any) -> None:
     """Raise as the C step does for arguments that are no lists, or not one item per sub-env."""
-    *lists, reset_fns = lists
+    *lists, reset_fns, infos = lists
     if not all(isinstance(x, list) for x in lists):
         raise TypeError("step_envs: step_fns, actions, rew, term, trunc and ep_ret must be lists")
     if reset_fns is not None and not isinstance(reset_fns, list):
         raise TypeError("step_envs: reset_fns must be a list or None")
+    if infos is not None and not isinstance(infos, list):
+        raise TypeError("step_envs: infos must be a list or None")
     if any(len(x) != len(lists[0]) for x in lists):
         raise ValueError("step_envs: the lists must have one item per sub-env")
 

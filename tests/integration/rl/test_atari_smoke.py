@@ -68,3 +68,24 @@ def test_appo_trains_a_cnn_on_pong_from_a_remote_runner(make_cluster):
     finally:
         algo.stop()
         client.close()
+
+
+@pytest.mark.parametrize("env", ["atari:ALE/Pong-v5", "ftrl.testing.envs:make_pixel_env"])
+def test_a_trained_pixel_policy_is_watched_with_a_video(env, tmp_path):
+    """`ftrl evaluate`'s episodes on Atari (render_mode through gymnasium.make, the
+    standard wrappers kept) and on an env by import path (render_mode in its env_config):
+    an MP4 of length + 1 frames (the Pong episode cut at 40 steps)."""
+    from ftrl.rl.driver.algorithm import Algorithm
+    from ftrl.rl.driver.watch import watch
+    from ftrl.rl.video import count_frames
+    from tests.trained import train_and_checkpoint
+
+    train_and_checkpoint(_config(0).environment(env).training(train_batch_size=128), tmp_path / "run")
+    loaded = Algorithm.from_checkpoint(tmp_path / "run")
+    try:
+        out = watch(loaded, episodes=1, seed=0, video_dir=tmp_path / "video", max_steps=40)
+    finally:
+        loaded.stop()
+    (video,) = out["videos"]
+    assert out["lengths"][0] == (40 if env.startswith("atari") else 20)
+    assert count_frames(video) == out["lengths"][0] + 1

@@ -69,6 +69,13 @@ def test_killed_driver_actor_restarts_in_place_and_the_run_goes_on(tmp_path):
         assert int(restored.stem.removeprefix("checkpoint_")) > last_row, (restored, last_row)
     # the runners stayed up through the driver's restart: no runner restarts were needed
     assert result["result"]["num_env_runner_restarts"] == 0
+    # the rows count the resume (`ftrl plot` marks it there)
+    from ftrl.rl.driver.metrics import MetricsLog
+    from ftrl.rl.driver.run_plot import events
+
+    rows = sorted(MetricsLog(out / "metrics.jsonl").read(), key=lambda r: r["iteration"])
+    assert rows[0]["num_driver_resumes"] == 0 and rows[-1]["num_driver_resumes"] == 1
+    assert len(events(rows, "num_driver_resumes")) == 1
     wait_until(lambda: not _actors(job), timeout=30, what="the job's processes to end")
 
 

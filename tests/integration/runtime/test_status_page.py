@@ -1,6 +1,7 @@
 """The coordinator's status page in a real browser: a real `ftrl coordinator --http-port 0`
 and `ftrl worker`, an actor SIGKILLed and restarted, the page loaded in headless chromium
-before and after (its DOM and a screenshot). And `--http-port` on a port in use."""
+before and after (its DOM and a screenshot), a tuning experiment with its trials' custom
+metrics. And `--http-port` on a port in use."""
 
 from __future__ import annotations
 
@@ -157,7 +158,8 @@ def test_status_page_shows_a_tuning_experiment(cluster, tmp_path):
     binary = ensure_binary("chromium", "chromium")
     address, http_port, token = cluster
     config = (ftrl.PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0, num_envs_per_env_runner=4)
-              .training(train_batch_size=256, minibatch_size=128, num_epochs=1))
+              .training(train_batch_size=256, minibatch_size=128, num_epochs=1)
+              .callbacks("ftrl.testing.callbacks:NegativeReturn"))  # a custom metric on the page
     with ftrl.Client(address, token=token) as client:
         wait_until(lambda: any(n["state"] == "ALIVE" for n in client.nodes()), 20, what="the worker to join")
         results = ftrl.Tuner(config, param_space={"lr": ftrl.tune.grid_search([1e-3, 2e-3])},
@@ -176,3 +178,5 @@ def test_status_page_shows_a_tuning_experiment(cluster, tmp_path):
     dom = chromium(binary, f"http://127.0.0.1:{http_port}/#token={token}", tmp_path / "chrome", "--dump-dom")
     assert 'data-experiment="pagexp"' in dom
     assert '<tr data-trial="pagexp-0">' in dom and '<tr data-trial="pagexp-1">' in dom
+    # each trial's job shows the custom metrics of its newest row
+    assert dom.count('data-metric="neg_return_mean"') == 2, dom[-3000:]

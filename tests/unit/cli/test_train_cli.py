@@ -62,6 +62,12 @@ def test_run_train_in_process_then_resume(tmp_path, capsys):
          "model custom_model 'tests.custom_models:WrongLogits': forward on a batch of 2 returned shapes"),
         (("--env", "CartPole-v1", "--set", "model={conv_filters=[[16, 3, 1]]}", "--stop-iters", "1"),
          "model conv_filters needs image observations"),
+        (("--env", "CartPole-v1", "--set", "callbacks_class=ftrl.testing.callbacks:Nope", "--stop-iters", "1"),
+         "callbacks_class 'ftrl.testing.callbacks:Nope' cannot be imported"),
+        (("--env", "CartPole-v1", "--set", "callbacks_class=ftrl.testing.envs:InfoEnv", "--stop-iters", "1"),
+         "is not a subclass of ftrl.Callbacks"),
+        (("--env", "CartPole-v1", "--set", "callbacks_class=nodots", "--stop-iters", "1"),
+         "callbacks_class must be an import path"),
     ],
 )
 def test_bad_config_exits_2_with_a_clear_message(tmp_path, capsys, argv, message):

@@ -240,7 +240,7 @@ def _apply(path, section, key, value):
 # a valid non-default value for keys whose default is None (TOML has no None)
 _GOOD = {"env": "CartPole-v1", "seed": 7, "evaluation_interval": 2, "n_init_learners": 1,
          "vf_clip_param": 1.0, "lr_schedule": [[0, 0.1]], "clip_param_schedule": [[0, 0.1]],
-         "min_time_s_per_iteration": 2.0}
+         "min_time_s_per_iteration": 2.0, "callbacks_class": "pkg.mod:MyCallbacks"}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -256,7 +256,9 @@ def test_builder_methods_take_exactly_their_sections_keys():
     for section, cls in SECTIONS.items():
         params = inspect.signature(getattr(PPOConfig, section)).parameters
         assert [p for p in params if p != "self"] == list(fields_of(cls)), section
-        assert all(params[k].kind is inspect.Parameter.KEYWORD_ONLY for k in fields_of(cls) if k != "env")
+        # RLlib's positional forms: .environment("CartPole-v1"), .callbacks("pkg.mod:MyCallbacks")
+        assert all(params[k].kind is inspect.Parameter.KEYWORD_ONLY for k in fields_of(cls)
+                   if k not in ("env", "callbacks_class"))
         other = next(k for s, k in ALL_KEYS if s != section)
         with pytest.raises(ConfigError, match=rf"unknown key {other!r} in {section}\(\)"):
             getattr(PPOConfig(), section)(**{other: 1})

@@ -43,3 +43,23 @@ def test_kept_result_and_the_best_metric():
     assert improves(1.0, None, "max") and improves(2.0, 1.0, "max") and not improves(1.0, 1.0, "max")
     assert improves(0.5, 1.0, "min") and not improves(2.0, 1.0, "min")
     assert not improves(math.nan, None, "max") and not improves(None, 1.0, "max")
+
+
+def test_metric_stop_and_time_keys_reach_into_nested_dicts_by_slash_paths():
+    """Tune's nested names: "custom_metrics/NAME_mean", "evaluation/episode_return_mean"."""
+    from ftrl.tune.experiment import row_value
+
+    row = {"iteration": 4, "custom_metrics": {"angle_mean": 0.25, "flag": True},
+           "evaluation": {"episode_return_mean": 200.0}, "a/b": 1.0}
+    assert row_value(row, "custom_metrics/angle_mean") == 0.25
+    assert row_value(row, "evaluation/episode_return_mean") == 200.0
+    assert row_value(row, "a/b") == 1.0  # a key with a slash in it wins
+    assert row_value(row, "custom_metrics/missing") is None and row_value(row, "iteration/x") is None
+    assert metric_value(row, "custom_metrics/angle_mean") == 0.25
+    assert metric_value(row, "custom_metrics/flag") is None  # a bool is no metric
+    kept = kept_result(row, "custom_metrics/angle_mean")
+    assert kept == {"iteration": 4, "custom_metrics/angle_mean": 0.25}
+    assert metric_value(kept, "custom_metrics/angle_mean") == 0.25  # and read back from it
+    assert stop_reached(row, {"evaluation/episode_return_mean": 150}) == (
+        "evaluation/episode_return_mean 200.0 >= 150")
+    assert stop_reached(row, {"custom_metrics/angle_mean": 1}) is None

@@ -129,7 +129,8 @@ def test_a_driver_state_made_of_a_run_comes_back_into_another_run():
                                       learner_group=_Learners())
     assert set(state) == {"format", "algo", "iteration", "env_steps_sampled", "env_steps_trained", "time_s", "config",
                           "space_spec", "learner_version", "learner_counters", "filter", "episodes", "runner_counters",
-                          "actors", "rng", "algo_counters", "hyperparams", "row", "saved_at"}
+                          "actors", "rng", "algo_counters", "callback_counts", "num_driver_resumes", "hyperparams", "row",
+                          "saved_at"}
     assert state["actors"]["learners"][0]["incarnation"] == 2 and state["row"] == {"iteration": 5, "x": 1}
 
     resumed = _run(algo_counters=("num_samples_invalid",))

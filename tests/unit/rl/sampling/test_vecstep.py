@@ -72,7 +72,7 @@ class Scripted:
         return out
 
 
-def _call(fns, nxt=None, fast=True, ep_ret=None, fit=None, reset_fns=None):
+def _call(fns, nxt=None, fast=True, ep_ret=None, fit=None, reset_fns=None, infos=None):
     e = len(fns)
     nxt = np.zeros((e, 3), np.float32) if nxt is None else nxt
     rew, term, trunc = [0.0] * e, [False] * e, [False] * e
@@ -83,8 +83,8 @@ def _call(fns, nxt=None, fast=True, ep_ret=None, fit=None, reset_fns=None):
         fits.append((i, what))
         out[i] = np.asarray(obs, np.float32).reshape(3)
 
-    ended, failed, finite, resets = _step_envs()(fns, list(range(e)), nxt, rew, term, trunc, ep_ret,
-                                                 fit or default_fit, fast, reset_fns)
+    args = (fns, list(range(e)), nxt, rew, term, trunc, ep_ret, fit or default_fit, fast, reset_fns)
+    ended, failed, finite, resets = _step_envs()(*args, *(() if infos is None else (infos,)))
     return {"nxt": nxt, "rew": rew, "term": term, "trunc": trunc, "ep_ret": ep_ret, "ended": ended,
             "failed": failed, "finite": finite, "fits": fits, "resets": resets}
 
@@ -228,6 +228,23 @@ def test_non_float_rewards_add_as_python_does():
         _call([Scripted((np.ones(3), "1", False, False, {}))])
 
 
+def test_infos_are_kept_only_in_a_list_given_for_them():
+    """With `infos` (the runner's episode callbacks) each stepped sub-env's info lands in
+    its slot, a failed one's slot keeps what it held, and a reset's info is not kept;
+    without it nothing is written anywhere."""
+    first = (np.array([7.0, 8.0, 9.0]), {"reset": True})
+    fns = [Scripted((np.ones(3), 1.0, False, False, {"a": 1})), Scripted(RuntimeError("boom")),
+           Scripted((np.ones(3), 1.0, True, False, {"last": 2}))]
+    infos = ["old0", "old1", "old2"]
+    r = _call(fns, infos=infos, reset_fns=[None, None, Resets(first)])
+    assert infos == [{"a": 1}, "old1", {"last": 2}]
+    assert r["resets"] == [(2, None)] and [i for i, _ in r["failed"]] == [1]
+    with pytest.raises(TypeError, match="infos must be a list or None"):
+        _call([Scripted((np.ones(3), 1.0, False, False, {}))], infos=(None,))
+    with pytest.raises(IndexError):
+        _call([Scripted((np.ones(3), 1.0, False, False, {})) for _ in range(2)], infos=[None])
+
+
 def test_bad_arguments_are_refused():
     fn = [Scripted((np.ones(3), 1.0, False, False, {}))]
     with pytest.raises(ValueError, match="float32"):
@@ -347,6 +364,7 @@ def test_no_reference_is_leaked():
                     _call([ok, fn])
             _call([short, ok])
             _call([ok, ok, ok], reset_fns=[reset_ok, reset_bad, None])
+            _call([ok, bad, ok], infos=[None, None, None])
 
     rounds(100)
     gc.collect()

@@ -1,0 +1,166 @@
+"""A trained policy as one file that runs without ftrl: TorchScript (`torch.jit.load`) or
+ONNX (`onnxruntime`).
+
+    path = export_policy(model, spec, filter_affine, "out/", "onnx")   # out/policy.onnx
+
+The graph takes raw observations, a batch as the env gives them (float32, or uint8
+pixels; a Discrete observation as its int index), applies the observation filter the
+policy was trained with (folded in as constants: `clip((x - mean) / std, -clip, clip)`)
+and returns `(logits, action)`: the model's logits (Box actions: the action means) and
+the greedy action (the argmax; Box actions: the means clipped to the space's bounds),
+as `compute_actions(..., explore=False)` gives them. Input `obs`, outputs `logits` and
+`action`, the batch dimension dynamic.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ftrl.rl.spaces import SpaceSpec
+from ftrl.wire.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FORMATS = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
+
+
+class GreedyPolicy(nn.Module):
+    """Raw observations -> (logits, greedy action): the filter, the model and the action
+    head in one module (what gets exported)."""
+
+    def __init__(self, model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, np.ndarray, float] | None):
+        super().__init__()
+        self.model = model
+        self.obs_dim = int(spec.obs_dim)
+        self.discrete_obs = spec.obs_kind == "discrete"
+        self.discrete_act = spec.act_kind == "discrete"
+        self.filtered = affine is not None
+        mean, inv_std, clip = affine if affine is not None else (np.zeros(1), np.ones(1), 0.0)
+        self.register_buffer("mean", torch.as_tensor(np.asarray(mean, np.float32).reshape(-1)))
+        self.register_buffer("inv_std", torch.as_tensor(np.asarray(inv_std, np.float32).reshape(-1)))
+        self.clip = float(clip)
+        low = np.asarray(spec.act_low if not self.discrete_act else [0.0], np.float32).reshape(-1)
+        high = np.asarray(spec.act_high if not self.discrete_act else [0.0], np.float32).reshape(-1)
+        self.register_buffer("low", torch.as_tensor(low))
+        self.register_buffer("high", torch.as_tensor(high))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.discrete_obs:
+            x = nn.functional.one_hot(obs.reshape(-1).long(), self.obs_dim).float()
+        else:
+            x = obs.reshape(obs.shape[0], self.obs_dim).float()
+        if self.filtered:
+            x = torch.clamp((x - self.mean) * self.inv_std, -self.clip, self.clip)
+        logits, _ = self.model._forward(x)
+        if self.discrete_act:
+            return logits, logits.argmax(dim=-1)
+        return logits, torch.maximum(torch.minimum(logits, self.high), self.low)
+
+
+def example_batch(spec: SpaceSpec, n: int = 2) -> torch.Tensor:
+    """A batch of `n` observations of the right shape and dtype (what tracing feeds)."""
+    if spec.obs_kind == "discrete":
+        return torch.zeros(n, dtype=torch.int64)
+    dtype = torch.uint8 if spec.obs_dtype == "uint8" else torch.float32
+    return torch.zeros((n, *spec.obs_shape), dtype=dtype)
+
+
+def random_batch(spec: SpaceSpec, n: int, seed: int = 0) -> np.ndarray:
+    """`n` random observations of the space's shape and dtype (the export's self-check)."""
+    rng = np.random.default_rng(seed)
+    if spec.obs_kind == "discrete":
+        return rng.integers(0, spec.obs_dim, n)
+    if spec.obs_dtype == "uint8":
+        return rng.integers(0, 256, (n, *spec.obs_shape), dtype=np.uint8)
+    return rng.normal(size=(n, *spec.obs_shape)).astype(np.float32)
+
+
+def export_policy(model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, np.ndarray, float] | None,
+                  directory: str | Path, fmt: str, model_name: str = "") -> Path:
+    """Write the greedy policy of `model` to DIRECTORY/policy.pt (TorchScript) or
+    DIRECTORY/policy.onnx; its path. The file is checked before it replaces an older one:
+    run on a batch of another size, it must give the module's own logits and actions (a
+    trace that froze data-dependent Python would not). ConfigError for an unknown format,
+    or a model that cannot be traced or exported (naming `model_name` and the format)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"export format {fmt!r} is not one of {sorted(FORMATS)}")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / FORMATS[fmt]
+    policy = GreedyPolicy(model, spec, affine).eval()
+    for p in policy.parameters():
+        p.requires_grad_(False)
+    example = example_batch(spec)
+    what = model_name or type(model).__name__
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with torch.no_grad():
+            if fmt == "torchscript":
+                traced = torch.jit.trace(policy, (example,), check_trace=False)
+                torch.jit.save(traced, str(tmp))
+            else:
+                _export_onnx(policy, example, tmp)
+        _check_exported(policy, spec, tmp, fmt)
+    except ConfigError:
+        tmp.unlink(missing_ok=True)
+        raise
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot export model {what} as {fmt}: {type(e).__name__}: {e}") from e
+    tmp.replace(path)
+    return path
+
+
+def _check_exported(policy: GreedyPolicy, spec: SpaceSpec, path: Path, fmt: str) -> None:
+    """The exported file gives the module's own outputs on a fresh batch (ValueError)."""
+    if fmt == "onnx":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            log.warning("onnxruntime is not installed: %s is not checked against the model", path)
+            return
+    obs = random_batch(spec, 3, seed=1)
+    with torch.no_grad():
+        want_logits, want_action = (t.numpy() for t in policy(torch.as_tensor(obs)))
+    got_logits, got_action = load_exported(path, fmt)(obs)
+    same_logits = np.allclose(got_logits, want_logits, rtol=1e-3, atol=1e-4)
+    same_actions = spec.act_kind != "discrete" or np.array_equal(np.asarray(got_action), want_action)
+    if not (same_logits and same_actions):
+        raise ValueError("the exported graph does not reproduce the model on a new batch (Python control "
+                         "flow or numpy in forward() depends on the data: it was frozen by the trace)")
+
+
+def _export_onnx(policy: GreedyPolicy, example: torch.Tensor, path: Path) -> None:
+    try:
+        import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
+    except ImportError:
+        raise ConfigError("format 'onnx' needs the onnx and onnxscript packages: "
+                          "pip install 'ftrl[export]'") from None
+    batch = torch.export.Dim("batch", min=1)
+    shapes = ({0: batch},)
+    torch.onnx.export(policy, (example,), str(path), input_names=["obs"], output_names=["logits", "action"],
+                      dynamic_shapes=shapes, dynamo=True, verbose=False, optimize=True, external_data=False)
+
+
+def load_exported(path: str | Path, fmt: str | None = None) -> Any:
+    """A callable `obs -> (logits, action)` (numpy in and out) over an exported file, for
+    tests and for a check beside ftrl's own actions (`fmt`: by the file's suffix if None)."""
+    path = Path(path)
+    if (fmt or ("onnx" if path.suffix == ".onnx" else "torchscript")) == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return lambda obs: tuple(session.run(None, {"obs": np.asarray(obs)}))
+    module = torch.jit.load(str(path))
+
+    def run(obs: Any) -> tuple[np.ndarray, ...]:
+        with torch.no_grad():
+            return tuple(t.numpy() for t in module(torch.as_tensor(np.asarray(obs))))
+
+    return run
