@@ -6,8 +6,8 @@
                                               length as `steps`; the runner's pid as `pid`;
                                               each finished episode appended to the file
                                               env_config["episode_log"] names, if any
-    ftrl.testing.callbacks:NegativeReturn   `neg_return` = -return (a metric to rank by that
-                                              prefers the worse policy)
+    ftrl.testing.callbacks:NegativeReturn   `neg_return` = -return and `neg_lr` = -lr (metrics
+                                              to rank by that prefer the worse policy)
     ftrl.testing.callbacks:Raising          on_episode_end raises for every other episode;
                                               on_train_result raises every iteration
 """
@@ -43,10 +43,12 @@ class PoleAngle(Callbacks):
 
 
 class NegativeReturn(Callbacks):
-    """`neg_return` = -(the episode's return)."""
+    """`neg_return` = -(the episode's return); `neg_lr` = -(the lr the runner was built
+    with): a metric that ranks a trial by its starting lr, the lower the better."""
 
-    def on_episode_end(self, *, episode: Any, metrics_logger: Any, **kwargs: Any) -> None:
+    def on_episode_end(self, *, episode: Any, metrics_logger: Any, env_runner: Any, **kwargs: Any) -> None:
         metrics_logger.log_value("neg_return", -episode.get_return())
+        metrics_logger.log_value("neg_lr", -float(env_runner.config.lr))
 
 
 class Raising(Callbacks):
