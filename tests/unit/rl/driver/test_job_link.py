@@ -313,6 +313,10 @@ def test_driver_keeps_training_while_the_coordinator_is_down(tmp_path):
     fake.down = True
     driver = AlgorithmDriver(_job(stop_iters=5), str(tmp_path), job_name="j", job_client=fake)
     _until(lambda: (driver.status().get("iteration") or 0) >= 5, timeout=60, what="five iterations")
+    # the status says 5 as the iteration ends; its row is on disk (and reportable) once the
+    # state writer wrote it, a moment later (longer on a loaded machine)
+    rows = tmp_path / "metrics.jsonl"
+    _until(lambda: rows.exists() and len(rows.read_text().splitlines()) >= 5, timeout=30, what="row 5 on disk")
     assert fake.calls == []
     assert not driver._done.is_set()  # waits for the final report to be taken
     fake.down = False
