@@ -11,6 +11,7 @@
     ftrl.config.registry   algorithm name -> config class import path
     ftrl.config.live       the keys a running job may change in place (PBT's exploit), from the facts
     ftrl.config.jobs       job files ([stop] table), flags on top, describe()
+    ftrl.config.user_code  user code a key names by import path, imported with one ConfigError wording
 
 `python -m ftrl.config` lists every key with its type, default, doc and facts.
 """

@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from ftrl.util.imports import import_object
+from ftrl.config.user_code import import_user_class
 from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -101,15 +101,7 @@ def load_callbacks(path: str | None) -> type[Callbacks] | None:
     ConfigError naming `callbacks_class` when it does not import or is no subclass."""
     if path is None:
         return None
-    try:
-        cls = import_object(path)
-    except (ImportError, ValueError) as e:
-        raise ConfigError(f"callbacks_class {path!r} cannot be imported: {e}") from None
-    except Exception as e:  # the user's module raised on import
-        raise ConfigError(f"callbacks_class {path!r}: importing it raised {type(e).__name__}: {e}") from None
-    if not isinstance(cls, type) or not issubclass(cls, Callbacks):
-        raise ConfigError(f"callbacks_class {path!r} is not a subclass of ftrl.Callbacks (got {cls!r})")
-    return cls
+    return import_user_class("callbacks_class", path, Callbacks, "a subclass of ftrl.Callbacks")
 
 
 def check_callbacks(config: Any) -> None:
@@ -209,10 +201,6 @@ class MetricsLogger:
         out = {name: (_reduce(values, how), how) for name, (how, values) in self.values.items()}
         self.values.clear()
         return out
-
-    def discard(self) -> None:
-        """Forget what was logged."""
-        self.values.clear()
 
 
 _REDUCE_SET = frozenset(REDUCE)

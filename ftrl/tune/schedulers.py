@@ -22,7 +22,6 @@ them leave the domain) and rounded to the domain's grid (integers, multiples of 
 from __future__ import annotations
 
 import copy
-import importlib
 import math
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from ftrl.config.fields import suggest
+from ftrl.config.user_code import import_user_code
 from ftrl.tune.search import (
     Domain,
     domain_from_spec,
@@ -103,13 +103,7 @@ class FIFOScheduler:
 
 def _load_fn(path: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """The function an import path "pkg.mod:fn" names."""
-    mod_name, sep, fn_name = path.partition(":") if isinstance(path, str) else ("", "", "")
-    if not sep or not mod_name or not fn_name:
-        raise ConfigError(f"custom_explore_fn must be an import path 'pkg.mod:fn', got {path!r}")
-    try:
-        fn = getattr(importlib.import_module(mod_name), fn_name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"custom_explore_fn {path!r} does not import: {e}") from None
+    fn = import_user_code("custom_explore_fn", path)
     if not callable(fn):
         raise ConfigError(f"custom_explore_fn {path!r} is not callable")
     return fn

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ftrl.config import EvaluationConfig
-from ftrl.rl.callbacks import custom_metric_stats
+from ftrl.rl.driver.metrics import EpisodeWindow
 from ftrl.rl.driver.runners import DriverRunners
 
 
@@ -40,15 +40,14 @@ def evaluate(runners: DriverRunners, ev: EvaluationConfig, version: int, weights
         kwargs = ({"num_episodes": ev.evaluation_duration} if ev.evaluation_duration_unit == "episodes"
                   else {"num_timesteps": ev.evaluation_duration})
         results = [runner.evaluate(**kwargs, record_video=record_video)]
-    returns = np.concatenate([np.asarray(r["returns"], np.float64) for r in results]) if results else np.zeros(0)
-    lengths = np.concatenate([np.asarray(r["lengths"], np.int64) for r in results]) if results else np.zeros(0)
+    # every evaluated episode in one window: returns, lengths and custom values, as training's
+    episodes = EpisodeWindow(max(1, sum(len(r.get("returns", ())) for r in results)))
+    for r in results:
+        episodes.add(r.get("returns", ()), r.get("lengths", ()), r.get("custom"))
     out = {
-        "episode_return_mean": float(returns.mean()) if returns.size else None,
-        "episode_return_min": float(returns.min()) if returns.size else None,
-        "episode_return_max": float(returns.max()) if returns.size else None,
-        "episode_len_mean": float(lengths.mean()) if lengths.size else None,
-        "num_episodes": int(returns.size),
-        "custom_metrics": custom_metric_stats(_custom_columns(results)),
+        **episodes.stats(),
+        "num_episodes": episodes.episodes_total,
+        "custom_metrics": episodes.custom_stats(),
         "env_steps": int(sum(int(r.get("env_steps", 0)) for r in results)),
         "weights_version": version,
         "time_s": time.monotonic() - t0,
@@ -70,17 +69,3 @@ def video_due(ev: EvaluationConfig, iteration: int) -> bool:
         return False
     return (iteration // interval - 1) % every == 0
 
-
-def _custom_columns(results: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """{name: every evaluated episode's value (NaN: not logged)} over the runners' results."""
-    columns: dict[str, list[float]] = {}
-    done = 0
-    for r in results:
-        n = len(r.get("returns", ()))
-        for name, values in (r.get("custom") or {}).items():
-            if len(values) == n:
-                columns.setdefault(name, [np.nan] * done).extend(float(v) for v in values)
-        done += n
-        for column in columns.values():
-            column.extend([np.nan] * (done - len(column)))
-    return columns

@@ -58,7 +58,7 @@ class EpisodeWindow:
                 columns.setdefault(name, []).append(value)
         return custom_metric_stats(columns)
 
-    def take_window(self, other: EpisodeWindow) -> None:
+    def adopt(self, other: EpisodeWindow) -> None:
         """The episodes of `other`'s window in place of this one's (PBT's exploit); this
         run's episodes_total stays."""
         self.returns, self.lengths, self.custom = other.returns, other.lengths, other.custom

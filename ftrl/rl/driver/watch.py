@@ -16,12 +16,12 @@ after the reset and one per step: the episode's length + 1 frames.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ftrl.rl.driver.metrics import EpisodeWindow
 from ftrl.rl.sampling.env_factory import evaluation_env_config, make_env, with_render_mode
 from ftrl.rl.video import check_frame, write_mp4
 from ftrl.wire.errors import ConfigError
@@ -89,12 +89,7 @@ def _render(env: Any, env_id: str) -> Any:
 
 
 def summary(returns: list[float], lengths: list[int]) -> dict[str, Any]:
-    """Return mean/min/max and mean length of watched episodes."""
-    n = len(returns)
-    return {
-        "episodes": n,
-        "episode_return_mean": math.fsum(returns) / n if n else None,
-        "episode_return_min": min(returns) if n else None,
-        "episode_return_max": max(returns) if n else None,
-        "episode_len_mean": sum(lengths) / n if n else None,
-    }
+    """Return mean/min/max and mean length of watched episodes (as a metrics row has them)."""
+    episodes = EpisodeWindow(max(1, len(returns)))
+    episodes.add(returns, lengths)
+    return {"episodes": episodes.episodes_total, **episodes.stats()}

@@ -30,9 +30,9 @@ import torch
 from torch import nn
 
 from ftrl.config import ModelConfig
+from ftrl.config.user_code import import_user_class
 from ftrl.rl.models.base import FlatActorCritic, action_log_std, named_layout
 from ftrl.rl.spaces import SpaceSpec
-from ftrl.util.imports import import_object
 from ftrl.wire.errors import ConfigError
 
 
@@ -46,18 +46,8 @@ def model_obs_shape(spec: SpaceSpec) -> tuple[int, ...]:
 def load_custom_model(path: str) -> type[nn.Module]:
     """The class `custom_model` names; ConfigError if it does not import or is not an
     nn.Module class."""
-    try:
-        target: Any = import_object(path)
-    except (ImportError, ValueError) as e:
-        raise ConfigError(f"model custom_model {path!r} does not import: {e}") from None
-    except Exception as e:  # the module itself raised while importing
-        raise ConfigError(f"model custom_model {path!r}: importing it raised {type(e).__name__}: {e}") from None
-    if not (isinstance(target, type) and issubclass(target, nn.Module)):
-        raise ConfigError(
-            f"model custom_model {path!r} is a {type(target).__name__}, not a torch.nn.Module "
-            "class (forward(obs) -> (logits, value))"
-        )
-    return target
+    return import_user_class("model custom_model", path, nn.Module,
+                             "a torch.nn.Module class (forward(obs) -> (logits, value))")
 
 
 class CustomActorCritic(FlatActorCritic):

@@ -153,11 +153,6 @@ class EpisodeHooks:
         metrics = episode.metrics
         self._done.append(reduce_values(metrics) if metrics and not episode.failed else _NO_VALUES)
 
-    def cut(self, i: int) -> None:
-        """Sub-env i's episode was cut (a failure): never reported, its values dropped."""
-        self.episodes[i] = None
-        self._reward_appends[i] = self._info_appends[i] = self._scratch.append
-
     def take(self) -> dict[str, list[float]]:
         """{name: one value per episode finished since the last take (NaN: not logged)}."""
         done, self._done = self._done, []

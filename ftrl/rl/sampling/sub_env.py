@@ -33,6 +33,8 @@ import sys
 import traceback
 from typing import Any
 
+import numpy as np
+
 from ftrl.rl.spaces import SpaceSpec, space_spec
 from ftrl.util.framing import FrameTooLargeError, Framing
 from ftrl.wire import codec
@@ -272,8 +274,6 @@ def wire_info(info: Any) -> tuple[dict[str, Any], int]:
 
 def _wire_value(value: Any, depth: int) -> tuple[Any, int]:
     """(value as it crosses, 0) or (None, values dropped)."""
-    import numpy as np
-
     if isinstance(value, _WIRE_SCALARS):
         return value, 0
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":

@@ -126,3 +126,26 @@ def test_tensorboard_curves_and_a_wandb_logger_hook_of_a_real_train_run(tmp_path
     runs = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1 and runs[0].stat().st_size > 0
     assert b"episode_return_mean" in runs[0].read_bytes()
+
+
+def test_a_raising_callback_in_a_remote_runner_and_the_driver_stops_nothing(tmp_path):
+    """DESIGN's "a user callback raises" on real processes: `ftrl train` with a runner actor
+    whose `on_episode_end` raises for every other episode and a driver whose
+    `on_train_result` raises every iteration. The run trains to its stop; the rows count the
+    errors; the raising episodes' values are dropped, the others kept."""
+    out = tmp_path / "run"
+    env = {**os.environ, **cluster_env()}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ftrl", "train", "--env", "CartPole-v1", "--num-env-runners", "1",
+         "--output", str(out), "--stop-iters", "4", "--seed", "0", "--quiet",
+         "--set", "callbacks_class=ftrl.testing.callbacks:Raising",
+         "--set", "train_batch_size=512", "--set", "minibatch_size=256"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(out)
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    errors = [r["num_callback_errors"] for r in rows]
+    # each iteration: the driver's on_train_result, and about half the episodes of the runner
+    assert errors == sorted(errors) and errors[-1] > 4 + rows[-1]["episodes_total"] // 4
+    assert all(r["custom_metrics"]["kept_mean"] == 1.0 for r in rows)
+    assert json.loads((out / "result.json").read_text())["stop_reason"] == "stop_iters"
