@@ -26,8 +26,8 @@ from ftrl._version import __version__ as __version__
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 #: Public name -> the module that defines it (imported on first access). `Algorithm`
-#: (torch) is reachable as `ftrl.Algorithm` but left out of `__all__`, so `from ftrl
-#: import *` stays light.
+#: (torch) and `EnvContext` (gymnasium) are reachable as `ftrl.Algorithm` and
+#: `ftrl.EnvContext` but left out of `__all__`, so `from ftrl import *` stays light.
 _LAZY: dict[str, str] = {
     "ActorHandle": "ftrl.client.client",
     "Client": "ftrl.client.client",
@@ -45,6 +45,7 @@ _LAZY: dict[str, str] = {
     "StopCriteria": "ftrl.config",
     "load_job": "ftrl.config",
     "Callbacks": "ftrl.rl.callbacks",
+    "EnvContext": "ftrl.rl.sampling.env_factory",
     "Algorithm": "ftrl.rl.driver.algorithm",
     "Tuner": "ftrl.tune.tuner",
     "TuneConfig": "ftrl.tune.tuner",
@@ -103,6 +104,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of it runs
     )
     from ftrl.rl.callbacks import Callbacks
     from ftrl.rl.driver.algorithm import Algorithm  # noqa: F401  (not in __all__: torch)
+    from ftrl.rl.sampling.env_factory import EnvContext  # noqa: F401  (not in __all__: gymnasium)
     from ftrl.tune.tuner import FailureConfig, RunConfig, TuneConfig, Tuner
     from ftrl.wire.errors import (
         ActorDiedError,

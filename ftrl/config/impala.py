@@ -39,7 +39,7 @@ class IMPALATrainingConfig(TrainingConfig):
     grad_clip: float | None = option(40.0, "max global gradient norm (None: no clip)", check=positive_float)
     lr_schedule: list | None = option(  # noqa: RUF009
         None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",
-        check=check_schedule, change=rebuild(Part.LEARNERS), schedules="lr",
+        check=check_schedule, change=LIVE, schedules="lr",
     )
     num_epochs: int = option(1, "passes over each train batch", check=positive_int, change=LIVE)
     minibatch_size: int | None = option(
@@ -69,14 +69,17 @@ class IMPALATrainingConfig(TrainingConfig):
         change=rebuild(Part.LEARNER_THREAD, Part.DRIVER), mesh=False,
     )
     opt_type: str = option(
-        "adam", "optimizer: adam or rmsprop", check=one_of("adam", "rmsprop"),
+        "adam", "optimizer: adam, rmsprop (torch's: epsilon added outside the square root) or rmsprop_tf "
+        "(TensorFlow's, as the IMPALA paper and RLlib's TF IMPALA: epsilon inside the square root, the "
+        "squared-gradient average starting at 1; an epsilon taken from a TF config means this form)",
+        check=one_of("adam", "rmsprop", "rmsprop_tf"),
         change=NEVER, fixed_on_resume=True,  # the optimizer state of one type does not load into the other
     )
     decay: float = option(0.99, "rmsprop: decay of the squared-gradient average", check=unit_interval,
-                          change=rebuild(Part.OPTIMIZER))
-    momentum: float = option(0.0, "rmsprop: momentum", check=unit_interval, change=rebuild(Part.OPTIMIZER))
-    epsilon: float = option(1e-7, "optimizer epsilon (Adam's and RMSProp's)", check=positive_float,
-                            change=rebuild(Part.OPTIMIZER))
+                          change=LIVE)
+    momentum: float = option(0.0, "rmsprop: momentum", check=unit_interval, change=LIVE)
+    epsilon: float = option(1e-7, "optimizer epsilon (Adam's and RMSProp's; see opt_type for where RMSProp "
+                            "adds it)", check=positive_float, change=LIVE)
     deterministic: bool = option(
         False, "a policy lag of exactly 1 (as Cleanba): every update learns on one fragment of each runner "
         "sampled with the weights before the last update, in runner order; a run reproduces bit for bit "

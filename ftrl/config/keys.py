@@ -17,7 +17,8 @@ A key's facts (`KeyFacts`):
 - `fixed_on_resume`: a resumed run (or a PBT exploit) must have the value its checkpoint
   was made with. A key holding a schema dict (`model`) is compared with its defaults filled in.
 - `schedules`: a schedule key names the live key it sets at every update while it is set
-  (`lr_schedule` sets `lr`): an in-place change of that key is refused then.
+  (`lr_schedule` sets `lr`): while it is set, an in-place change of that key scales it
+  (`ftrl.config.live.check_live`).
 
 The key that is no field, `algo` (`AlgorithmConfig.algo_name`, "algo" in `to_dict()`),
 has its facts on the config class (`AlgorithmConfig.algo_key_facts`).
@@ -57,7 +58,6 @@ class Part(StrEnum):
     `rebuild` key rebuilds)."""
 
     LEARNERS = "learners"  # the learners (model, loss settings); weights and optimizer state carried over
-    OPTIMIZER = "optimizer"  # the learners' optimizer; its state carried over
     LEARNER_MESH = "learner_mesh"  # the learner actors: how many, their resources, the mesh's timeouts
     LEARNER_THREAD = "learner_thread"  # the driver's asynchronous learner thread and its queue (IMPALA, APPO)
     ENV_RUNNERS = "env_runners"  # the sampling runners, their sub-envs, and the driver's group of them

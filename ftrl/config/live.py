@@ -8,14 +8,14 @@ hyperparameters without restarting its runners or learners). Imports no torch.
 
 A key is live when its field says so (`option(..., change=LIVE)`, ftrl/config/keys.py):
 the learners (or the driver) read it at every update: the loss coefficients, the
-discount, the clips, the epoch and minibatch loop, the learning rate (`set_lr` before
+discount, the clips, the epoch and minibatch loop, the schedules, the learning rate and
+the optimizer's other settings (epsilon, decay, momentum; `set_optimizer_settings` before
 each update). A key read once, when some part is built, is not (`change=rebuild(...)`:
-the optimizer's epsilon, decay and momentum, `train_batch_size`, the learner thread's
-queue, lag bound and broadcast interval, the schedules, every runner, learner-mesh and
-reporting key), nor is a key fixed for a trial (`change=NEVER`: the model, `opt_type`,
-APPO's `kl_coeff`, the initial weight whose adapted value is learner state). A schedule
-key names the live key it sets at every update (`schedules="lr"`): that key cannot
-change in place while its schedule is set.
+`train_batch_size`, the learner thread's queue, lag bound and broadcast interval, every
+runner, learner-mesh and reporting key), nor is a key fixed for a trial (`change=NEVER`:
+the model, `opt_type`, APPO's `kl_coeff`, the initial weight whose adapted value is
+learner state). A schedule key names the live key it sets at every update
+(`schedules="lr"`): a change of that key while its schedule is set scales the schedule.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ftrl.config.keys import live_keys_of, schedules_of
+from ftrl.config.keys import Change, config_facts, live_keys_of, schedules_of
 from ftrl.config.registry import ALGORITHMS, config_class
 from ftrl.wire.errors import ConfigError
 
@@ -39,33 +39,62 @@ def live_keys(algo: str) -> frozenset[str]:
 
 
 def check_live_keys(algo: str, keys: Iterable[str]) -> None:
-    """ConfigError naming the first of `keys` that cannot change in place, with the live ones."""
-    _refuse_fixed(algo, live_keys(algo), keys)
+    """ConfigError naming the first of `keys` that cannot change in place (and why), with
+    the live ones."""
+    if str(algo).upper() not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {algo!r}; known: {sorted(ALGORITHMS)}")
+    _refuse_fixed(config_class(algo), keys)
 
 
-def _refuse_fixed(algo: str, live: frozenset[str], keys: Iterable[str]) -> None:
+def _refuse_fixed(config_cls: type[AlgorithmConfig], keys: Iterable[str]) -> None:
+    facts = config_facts(config_cls)
+    live = live_keys_of(config_cls)
+    algo = config_cls.algo_name
     for key in keys:
-        if key not in live:
-            raise ConfigError(
-                f"{key!r} cannot change while a {str(algo).upper()} job trains (it is read once, when the "
-                f"learners and runners are built); the keys that can: {', '.join(sorted(live))}")
+        if key in live:
+            continue
+        change = facts[key].change if key in facts else None
+        if change is None:
+            why = "it is no config key of this algorithm"
+        elif change.kind is Change.NEVER:
+            why = "it is fixed for a trial (what it shapes cannot be carried over)"
+        else:
+            why = f"it is read once, when the {' and '.join(sorted(change.parts))} are built"
+        raise ConfigError(f"{key!r} cannot change while a {algo} job trains: {why}; the keys that can: "
+                          f"{', '.join(sorted(live))}")
 
 
 def check_live(config: AlgorithmConfig, hyperparams: Mapping[str, Any]) -> dict[str, Any]:
     """`hyperparams` checked for an in-place change of `config`: every key live, every value
-    valid for its key and with the rest of the config, none overridden by a schedule
-    (ConfigError naming the key otherwise). Returns the values as the config holds them;
-    changes nothing."""
+    valid for its key and with the rest of the config (ConfigError naming the key
+    otherwise). Returns the values as the config holds them; changes nothing.
+
+    A key whose schedule is set (`lr` under `lr_schedule`) scales its schedule: a change
+    from a to b multiplies every value of the schedule by b / a (the values returned hold
+    the scaled schedule too), so a PBT population's schedules keep their shape and differ
+    by the factors their lineage applied. A schedule given beside its key is taken as it is.
+    """
     if not isinstance(hyperparams, Mapping):
         raise ConfigError(f"hyperparams must be a mapping of config keys to values, got "
                           f"{type(hyperparams).__name__}")
-    _refuse_fixed(config.algo_name, live_keys_of(type(config)), hyperparams)  # its own class's keys
+    _refuse_fixed(type(config), hyperparams)  # its own class's keys
+    values = dict(hyperparams)
+    for key, schedule in schedules_of(type(config.training_cfg)).items():
+        points = getattr(config.training_cfg, schedule, None)
+        if key in values and schedule not in values and points:
+            values[schedule] = scaled_schedule(points, getattr(config.training_cfg, key), values[key], key)
     trial = config.copy()
-    trial.training(**hyperparams)  # each value against its field
+    trial.training(**values)  # each value against its field
     trial.validate()  # and against the other keys (e.g. minibatch_size <= train_batch_size)
     training = trial.training_cfg
-    for key, schedule in schedules_of(type(training)).items():
-        if key in hyperparams and getattr(training, schedule, None):
-            raise ConfigError(f"{key} has no effect while {schedule} is set (the schedule sets it at every "
-                              f"update); mutate a job without {schedule}")
-    return {key: getattr(training, key) for key in hyperparams}
+    return {key: getattr(training, key) for key in values}
+
+
+def scaled_schedule(points: list, old: Any, new: Any, key: str) -> list[list[float]]:
+    """Schedule `points` ([[env_step, value], ...]) with every value times new / old."""
+    if not isinstance(new, (int, float)) or isinstance(new, bool):
+        raise ConfigError(f"{key} must be a number, got {new!r}")
+    if not old:
+        raise ConfigError(f"{key} is {old!r}: its schedule cannot be scaled to {new!r}")
+    factor = float(new) / float(old)
+    return [[step, value * factor] for step, value in points]

@@ -18,7 +18,7 @@ from ftrl.config.fields import (
     positive_int,
     unit_interval,
 )
-from ftrl.config.keys import LIVE, Part, rebuild
+from ftrl.config.keys import LIVE
 from ftrl.config.sections import TrainingConfig
 from ftrl.wire.errors import ConfigError
 
@@ -29,7 +29,7 @@ class PPOTrainingConfig(TrainingConfig):
 
     lr_schedule: list | None = option(  # noqa: RUF009
         None, "[[env_step, lr], ...], linear in between, held after the last (None: constant lr)",
-        check=check_schedule, change=rebuild(Part.LEARNERS), schedules="lr",
+        check=check_schedule, change=LIVE, schedules="lr",
     )
     lambda_: float = option(0.95, "GAE lambda", check=unit_interval, change=LIVE)
     use_gae: bool = option(True, "generalized advantage estimation (else plain returns minus value)", change=LIVE)
@@ -38,7 +38,7 @@ class PPOTrainingConfig(TrainingConfig):
     clip_param: float = option(0.2, "PPO policy ratio clip", check=positive_float, change=LIVE)
     clip_param_schedule: list | None = option(  # noqa: RUF009
         None, "[[env_step, clip_param], ...] like lr_schedule (None: constant)", check=check_schedule,
-        change=rebuild(Part.LEARNERS), schedules="clip_param",
+        change=LIVE, schedules="clip_param",
     )
     vf_loss_coeff: float = option(0.5, "weight of the value loss", check=non_negative_float, change=LIVE)
     vf_clip_param: float | None = option(
@@ -46,7 +46,7 @@ class PPOTrainingConfig(TrainingConfig):
     )
     entropy_coeff: float = option(0.0, "weight of the entropy bonus", check=non_negative_float, change=LIVE)
     normalize_advantages: bool = option(True, "normalize advantages per minibatch", change=LIVE)
-    adam_epsilon: float = option(1e-5, "Adam epsilon", check=positive_float, change=rebuild(Part.OPTIMIZER))
+    adam_epsilon: float = option(1e-5, "Adam epsilon", check=positive_float, change=LIVE)
 
 
 class PPOConfig(AlgorithmConfig):

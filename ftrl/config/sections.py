@@ -96,7 +96,14 @@ class EnvironmentConfig:
         change=NEVER, fixed_on_resume=True,
     )
     env_config: dict = option(  # noqa: RUF009
-        {}, "keyword arguments for gymnasium.make, or the dict given to make_env", change=_ALL_RUNNERS
+        {}, "keyword arguments for gymnasium.make, or the dict given to make_env (an EnvContext: also "
+        "worker_index, vector_index, num_workers, remote; an Env class whose __init__ takes one required "
+        "positional parameter gets it whole, as in RLlib)", change=_ALL_RUNNERS
+    )
+    max_episode_steps: int | None = option(
+        None, "a time limit on every episode, in env steps (gymnasium's name; RLlib's old horizon): the "
+        "smaller of it and the env's registered limit wins; the cut episode is bootstrapped (None: the "
+        "env's own)", check=positive_int, change=_ALL_RUNNERS,
     )
 
 

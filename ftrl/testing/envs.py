@@ -18,6 +18,11 @@
     ftrl.testing.envs:make_info_env     CartPole whose info holds `pole_angle` (|angle|,
                                            radians), `pid`, `flags` (a numpy array) and
                                            `handle` (an object no process boundary takes)
+    ftrl.testing.envs:ContextEnv        an RLlib-style class, `ContextEnv(config)`: obs =
+                                           [worker_index, vector_index, num_workers, remote,
+                                           t] of its EnvContext, reward 1, never ends by
+                                           itself (`max_episode_steps` cuts it), unless
+                                           `episode_len` is given
 
 `make_flaky_env` env_config keys: `fail_every` (default 50), `scope` ("instance": count
 this instance's calls, the default; "process": count the calls of every flaky env in
@@ -255,6 +260,31 @@ class CounterEnv(gym.Env):
 
 def make_counter_env(config: dict) -> gym.Env:
     return CounterEnv(int(config.get("episode_len", 5)), bool(config.get("truncate", False)))
+
+
+class ContextEnv(gym.Env):
+    """Built as RLlib builds an env class: `ContextEnv(config)`, config an EnvContext."""
+
+    action_space = gym.spaces.Discrete(2)
+    observation_space = gym.spaces.Box(0.0, np.inf, (5,), np.float32)
+
+    def __init__(self, config: Any):
+        where = (config.worker_index, config.vector_index, config.num_workers, float(config.remote))
+        self.where = np.array(where, np.float32)
+        self.episode_len = config.get("episode_len")
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.append(self.where, np.float32(self.t))
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any):
+        self.t += 1
+        return self._obs(), 1.0, self.episode_len is not None and self.t >= self.episode_len, False, {}
 
 
 class InfoEnv(gym.Wrapper):

@@ -60,7 +60,7 @@ from ftrl.tune.experiment import (
 from ftrl.tune.exploit import Exploits, driver_of
 from ftrl.tune.persistence import ExperimentStore
 from ftrl.tune.placement import free_resources, owner_of, start_order, to_start
-from ftrl.tune.preemption import LostNodeWatch
+from ftrl.tune.preemption import LostNodeWatch, why_it_cannot_train
 from ftrl.util.run_dir import has_saved_state
 from ftrl.wire.errors import AlreadyExistsError, ConfigError, FtrlError
 
@@ -131,6 +131,7 @@ class TuneController:
         self._wake = threading.Event()  # set by stop() and by every answer of an exploit call
         self.exploits = self._population_exploits(state, set(spec.get("live_keys") or []))
         self.lost_nodes = LostNodeWatch()
+        self._short_of: dict[str, set[str]] = {}  # trial id -> its actors stranded now (it trains on)
         self._stopping: dict[str, StopCause] = {}  # trial id -> why the tuner stopped its job
         self._stop = threading.Event()
         self._stop_cause: TunerStop | None = None
@@ -267,11 +268,19 @@ class TuneController:
         if stage == JobStage.FAILED:
             self._failed(trial, (job.get("reason") or "failed")[:2000])
             return Followed.ENDED
-        stranded = self.lost_nodes.stranded(actors, nodes)
-        if stranded:
-            self._preempt(trial, stranded)
+        stranded = set(self.lost_nodes.stranded(actors, nodes))
+        why = why_it_cannot_train(actors, stranded, self._min_learners(trial)) if stranded else None
+        if why is not None:
+            self._preempt(trial, why)
             return Followed.ENDED
+        if stranded != self._short_of.get(tid, set()):  # elastic: it trains on with the rest
+            if stranded:
+                log.warning("trial %s trains on without %s (waiting for a lost node)", tid, ", ".join(sorted(stranded)))
+            self._short_of[tid] = stranded
         return followed
+
+    def _min_learners(self, trial: Trial) -> int:
+        return int({**self.base_job, **trial.config}.get("min_learners") or 1)
 
     def _take_row(self, trial: Trial, row: dict[str, Any]) -> None:
         trial.last_result = trial_jobs.kept_result(row, self.metric)
@@ -293,11 +302,12 @@ class TuneController:
         else:
             self._requeue(trial, f"failed ({reason})", preempted=False)
 
-    def _preempt(self, trial: Trial, stranded: list[str]) -> None:
-        """Its node is gone and no node has room: stop the trial's job; back to the front
-        of the queue, to resume from its newest checkpoint (not a failure)."""
+    def _preempt(self, trial: Trial, why: str) -> None:
+        """It cannot train (`why`: its node is gone and no node has room): stop the trial's
+        job; back to the front of the queue, to resume from its newest checkpoint (not a
+        failure)."""
         tid = trial.trial_id
-        log.warning("trial %s pre-empted: %s wait(s) for a lost node", tid, ", ".join(stranded))
+        log.warning("trial %s pre-empted: %s", tid, why)
         reason = "pre-empted: its node was lost"
         self._stopping[tid] = StopCause.PREEMPT
         self._call(lambda: self.client.stop(tid, reason=reason))
@@ -305,6 +315,8 @@ class TuneController:
         self._requeue(trial, "pre-empted", preempted=True)
 
     def _requeue(self, trial: Trial, why: str, preempted: bool) -> None:
+        self.lost_nodes.forget(trial.trial_id)
+        self._short_of.pop(trial.trial_id, None)
         trial.status = TrialStatus.PENDING
         trial.queued_at = time.time()
         if preempted:

@@ -1,7 +1,11 @@
-"""Node loss, as the tuner sees it: a RUNNING trial whose runner or learner waits for a
-node that is gone (its node was lost or pre-empted, and no other node has room) for
-longer than a grace period is pre-empted. Its job is stopped and it goes back to the
-front of the queue, to resume from its newest state when there is room (not a failure).
+"""Node loss, as the tuner sees it. A trial's actor that waits for a node that is gone
+(its node was lost or pre-empted, and no other node has room) for longer than a grace
+period is stranded. A trial trains on with what it has left, as a job outside tune does
+(elastic trials): it keeps its reservation, and its stranded actors come back when room
+returns. It is pre-empted only when it cannot train at all (`why_it_cannot_train`): its
+driver stranded, every env runner stranded, or fewer learners left than `min_learners`.
+Then its job is stopped and it goes back to the front of the queue, to resume from its
+newest state when there is room (not a failure).
 
 `LostNodeWatch` holds when each waiting actor was first seen so; it reads the actor and
 node dicts `Client.actors()` and `Client.nodes()` return. Imports no torch and no client.
@@ -10,7 +14,7 @@ node dicts `Client.actors()` and `Client.nodes()` return. Imports no torch and n
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ftrl.coordinator.records import ActorState, NodeState
@@ -25,6 +29,34 @@ def waits_for_a_lost_node(actor: Mapping[str, Any], nodes: Mapping[str, Mapping[
     """Whether `actor` waits (PENDING, RESTARTING) on a node that is not ALIVE, or on none."""
     node = nodes.get(actor.get("node_id") or "")
     return actor["state"] in WAITING and (node is None or node["state"] != NodeState.ALIVE)
+
+
+def role_of(actor_name: str) -> str:
+    """A trial's actor's role from its name (`TRIAL/algorithm`: the driver; `TRIAL/env_runner/I`,
+    `TRIAL/eval_runner/I`, `TRIAL/learner/I`): "algorithm", "env_runner", "eval_runner", "learner"."""
+    parts = actor_name.split("/")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def why_it_cannot_train(actors: Iterable[Mapping[str, Any]], stranded: Collection[str],
+                        min_learners: int) -> str | None:
+    """Why a trial with these `actors` (its live ones), of which `stranded` wait for a lost
+    node, cannot train at all; None when it trains on with the rest (a stranded
+    evaluation runner never stops it: evaluation waits)."""
+    by_role: dict[str, list[str]] = {}
+    for actor in actors:
+        if actor.get("state") != ActorState.DEAD:
+            by_role.setdefault(role_of(actor["name"]), []).append(actor["name"])
+    if any(name in stranded for name in by_role.get("algorithm", [])):
+        return "its driver waits for a lost node"
+    runners = by_role.get("env_runner", [])
+    if runners and all(name in stranded for name in runners):
+        return f"every env runner ({len(runners)}) waits for a lost node"
+    learners = by_role.get("learner", [])
+    left = sum(name not in stranded for name in learners)
+    if learners and left < max(1, int(min_learners)):
+        return f"{left} of {len(learners)} learners left, fewer than min_learners={min_learners}"
+    return None
 
 
 class LostNodeWatch:
@@ -54,3 +86,8 @@ class LostNodeWatch:
             else:
                 self._waiting_since.pop(name, None)
         return out
+
+    def forget(self, trial_id: str) -> None:
+        """A trial's job was stopped: its actors' clocks go (a new run starts them afresh)."""
+        for name in [n for n in self._waiting_since if n.split("/", 1)[0] == trial_id]:
+            del self._waiting_since[name]

@@ -187,7 +187,7 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
                      run_config: RunConfig) -> dict[str, Any]:
     """The experiment's first state (experiment.json), every input checked first."""
     from ftrl.client.jobs import job_spec, job_to_dict
-    from ftrl.config.live import check_live, live_keys
+    from ftrl.config.live import check_live, check_live_keys, live_keys
 
     spec = job_spec(config)
     base = spec.config
@@ -212,9 +212,10 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
             scheduler.seed = tune_config.seed
         scheduler.validate(valid)
         for key in scheduler.hyperparam_mutations:
-            if key not in live:
-                raise ConfigError(f"hyperparam_mutations[{key!r}]: {key} cannot change while a trial runs "
-                                  f"(PBT clones in place); {algo} can mutate: {', '.join(live)}")
+            try:
+                check_live_keys(algo, [key])
+            except ConfigError as e:
+                raise ConfigError(f"hyperparam_mutations[{key!r}]: PBT changes it in place, but {e}") from None
     if not isinstance(tune_config.num_samples, int) or tune_config.num_samples < 1:
         raise ConfigError(f"num_samples must be a positive integer, got {tune_config.num_samples!r}")
     mct = tune_config.max_concurrent_trials

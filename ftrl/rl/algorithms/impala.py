@@ -230,9 +230,15 @@ class IMPALALearner(Learner):
 
     def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam | FlatRMSProp:
         hp = self.hp
-        if hp.opt_type == "rmsprop":
-            return FlatRMSProp(flat, lr=hp.lr, alpha=hp.decay, eps=hp.epsilon, momentum=hp.momentum)
-        return FlatAdam(flat, lr=hp.lr, eps=hp.epsilon)
+        if hp.opt_type in ("rmsprop", "rmsprop_tf"):
+            return FlatRMSProp(flat, lr=hp.lr, tf_style=hp.opt_type == "rmsprop_tf", **self.optimizer_settings())
+        return FlatAdam(flat, lr=hp.lr, **self.optimizer_settings())
+
+    def optimizer_settings(self) -> dict[str, float]:
+        hp = self.hp
+        if hp.opt_type in ("rmsprop", "rmsprop_tf"):
+            return {"alpha": hp.decay, "eps": hp.epsilon, "momentum": hp.momentum}
+        return {"eps": hp.epsilon}
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         """The summed loss of one [T, B] batch and its statistics (APPO overrides)."""
@@ -259,7 +265,7 @@ class IMPALALearner(Learner):
             return {"num_samples": 0, "weights_version": self.version}
         steps = sgd_steps_per_epoch if self.allreduce is not None else steps_per_epoch(n, hp.minibatch_size)
         lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
-        self.set_lr(lr)
+        self.set_optimizer_settings(lr)
         reduce_buf = self.new_reduce_buffer()
         columns = [(g, c) for g, b in enumerate(batches) for c in range(b["rewards"].shape[1])]
         stats: dict[str, float] = {}

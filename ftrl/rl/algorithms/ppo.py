@@ -28,7 +28,6 @@ import torch
 
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
 from ftrl.rl.driver.algorithm import Algorithm
-from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.learner import Learner, scheduled
 from ftrl.rl.learning.shards import split_fragments
 from ftrl.rl.sample_batch import check_fragment
@@ -151,8 +150,8 @@ class PPOLearner(Learner):
 
     rank_invariant_stats = ("grad_norm", "lr", "clip_param", "num_sgd_steps")
 
-    def make_optimizer(self, flat: torch.nn.Parameter) -> FlatAdam:
-        return FlatAdam(flat, lr=self.hp.lr, eps=self.hp.adam_epsilon)
+    def optimizer_settings(self) -> dict[str, float]:
+        return {"eps": self.hp.adam_epsilon}
 
     @classmethod
     def split_update(cls, config: PPOConfig, fragments: Sequence[dict[str, np.ndarray]],
@@ -178,7 +177,7 @@ class PPOLearner(Learner):
             return {"num_samples": 0, "weights_version": self.version}
         lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
         clip = scheduled(hp.clip_param, hp.clip_param_schedule, env_steps_sampled)
-        self.set_lr(lr)
+        self.set_optimizer_settings(lr)
         reduce_buf = self.new_reduce_buffer()
         totals = dict.fromkeys(STEP_STATS, 0.0)
         steps = local_steps = 0

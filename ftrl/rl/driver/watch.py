@@ -41,7 +41,7 @@ def watch(algo: Any, *, episodes: int, seed: int | None = None, video_dir: Path 
     if video_dir is not None:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame (classic control) renders off screen
         env_config = with_render_mode(env_id, env_config)
-    env = make_env(env_id, env_config)
+    env = make_env(env_id, env_config, max_episode_steps=cfg.environment_cfg.max_episode_steps)
     returns: list[float] = []
     lengths: list[int] = []
     videos: list[str] = []

@@ -22,6 +22,14 @@ class FlatOptimizer:
     #: the numeric settings `load_state_dict` takes from a saved param group
     hyperparameter_keys: tuple[str, ...] = ("lr",)
 
+    def initial_value(self, key: str) -> float:
+        """What state buffer `key` holds before the first step (0 unless a subclass says)."""
+        return 0.0
+
+    def new_buffer(self, key: str) -> torch.Tensor:
+        """State buffer `key` as it is before the first step, shaped like the parameter."""
+        return torch.full_like(self.param, self.initial_value(key), memory_format=torch.preserve_format)
+
     def __init__(self, param: torch.Tensor, defaults: dict[str, Any]) -> None:
         self.param = param
         self.defaults = defaults
@@ -35,7 +43,7 @@ class FlatOptimizer:
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32)
             for key in self.state_keys:
-                state[key] = torch.zeros_like(self.param, memory_format=torch.preserve_format)
+                state[key] = self.new_buffer(key)
         return state
 
     def state_dict(self) -> dict[str, Any]:
@@ -46,7 +54,7 @@ class FlatOptimizer:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load what `state_dict` (or the torch optimizer's, for one parameter) returned; a
-        buffer the saved state lacks starts at zeros."""
+        buffer the saved state lacks starts as before a first step."""
         groups = state_dict.get("param_groups") or []
         if len(groups) != 1:
             raise ValueError(f"expected the state of one parameter group, got {len(groups)}")
@@ -63,7 +71,7 @@ class FlatOptimizer:
         for key in self.state_keys:
             value = saved.get(key)
             if value is None:
-                value = torch.zeros_like(self.param)
+                value = self.new_buffer(key)
             if tuple(value.shape) != tuple(self.param.shape):
                 raise ValueError(f"optimizer {key} has shape {tuple(value.shape)}, expected {tuple(self.param.shape)}")
             restored[key] = value.to(self.param.device, self.param.dtype).clone()

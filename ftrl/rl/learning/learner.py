@@ -6,7 +6,8 @@ writes `update()`: its loss and its minibatch loop. The base owns the rest:
 - the model (`build_model`, by default `ftrl.rl.models.factory.build_model`'s) with all
   trainable parameters as views of ONE flat tensor (and one flat gradient), so gradient
   clipping and the optimizer are single tensor ops;
-- the optimizer (`make_optimizer`, by default FlatAdam at the training section's `lr`);
+- the optimizer (`make_optimizer`, by default FlatAdam at the training section's `lr`),
+  its settings read from the training keys at every update (`set_optimizer_settings`);
 - `apply_gradient`: backward, then in a learner mesh the all-reduce of
   [grad * n_local, n_local] (every rank applies the same global-mean gradient, so
   parameters stay bit-identical), `grad_clip`, the optimizer step;
@@ -104,8 +105,15 @@ class Learner:
     def make_optimizer(self, flat: torch.nn.Parameter) -> Any:
         """The optimizer of the flat parameter (Adam at the training section's lr): an
         object with torch.optim's `step`, `state`, `param_groups`, `defaults`,
-        `state_dict`/`load_state_dict`, and `state_keys` (its per-parameter buffers)."""
-        return FlatAdam(flat, lr=self.hp.lr)
+        `state_dict`/`load_state_dict`, `state_keys` (its per-parameter buffers) and
+        `new_buffer(key)`. Its settings are `optimizer_settings()`, set again before every
+        update."""
+        return FlatAdam(flat, lr=self.hp.lr, **self.optimizer_settings())
+
+    def optimizer_settings(self) -> dict[str, float]:
+        """The optimizer's settings besides lr, from the training keys (IMPALA's RMSProp:
+        alpha, eps, momentum): read at every update, so those keys are live."""
+        return {}
 
     def update(self, fragments: Fragments, env_steps_sampled: int = 0, **options: Any) -> dict[str, Any]:
         """Learn on the fragments (this rank's shard in a mesh); the version goes up by one.
@@ -185,10 +193,11 @@ class Learner:
         self.optimizer.step()
         return grad_norm
 
-    def set_lr(self, lr: float) -> None:
-        """The optimizer's learning rate from now on (schedules set it per update)."""
+    def set_optimizer_settings(self, lr: float) -> None:
+        """The optimizer's learning rate (schedules set it per update) and its other
+        settings (`optimizer_settings`) from the training keys, before an update."""
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group.update(self.optimizer_settings(), lr=lr)
 
     def set_hyperparams(self, values: dict[str, Any]) -> None:
         """Training keys that take effect from the next update on: the live keys of
@@ -203,14 +212,14 @@ class Learner:
     # ------------------------------------------------------------------ mesh state
 
     def _init_optimizer_state(self) -> None:
-        """Create the optimizer's state now (zeros, step 0: the same as a fresh optimizer),
-        so every rank has the same tensors to broadcast before its first step."""
+        """Create the optimizer's state now (step 0, the buffers as a fresh optimizer's), so
+        every rank has the same tensors to broadcast before its first step."""
         state = self.optimizer.state[self._flat]
         if not state:
             step_device = self.device if self.optimizer.defaults.get("fused") else torch.device("cpu")
             state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
             for key in self.optimizer.state_keys:
-                state[key] = torch.zeros_like(self._flat, memory_format=torch.preserve_format)
+                state[key] = self.optimizer.new_buffer(key)
 
     def state_tensors(self) -> list[torch.Tensor]:
         """The trained state as tensors, for a broadcast over the mesh: parameters and the

@@ -127,6 +127,8 @@ class EnvRunner(SubEnvLifecycle):
                 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen
                 self.env_config = with_render_mode(self.env_id, self.env_config)
         self.remote_envs = run.remote_worker_envs
+        self.max_episode_steps = cfg.environment_cfg.max_episode_steps
+        self.num_workers = cfg.evaluation_cfg.evaluation_num_env_runners if evaluation else run.num_env_runners
         self.restart_sub_envs = ft.restart_failed_sub_environments
         self.max_restart_attempts = ft.max_num_sub_env_restart_attempts
         self.sub_env_timeout_s = max(run.sample_timeout_s, 1.0)
@@ -206,8 +208,11 @@ class EnvRunner(SubEnvLifecycle):
 
     def _create(self, i: int) -> Any:
         """A new sub-env i: in this process, or in a child process (`remote_worker_envs`)."""
+        where = {"worker_index": self.worker_index, "vector_index": i, "num_workers": self.num_workers,
+                 "remote": self.remote_envs}
         env = make_sub_env(i, self.env_id, self.env_config, self.remote_envs, self.sub_env_timeout_s,
-                           keep_info=self._episode_hooks is not None)
+                           keep_info=self._episode_hooks is not None, where=where,
+                           max_episode_steps=self.max_episode_steps)
         if i < len(self._seeded):
             self._seeded[i] = False
         return env

@@ -62,11 +62,13 @@ def reset_error(index: int, error: BaseException) -> SubEnvError:
 class LocalSubEnv:
     """A sub-env living in the runner's own process."""
 
-    def __init__(self, index: int, env: str, env_config: dict):
-        from ftrl.rl.sampling.env_factory import make_env
+    def __init__(self, index: int, env: str, env_config: dict, where: dict | None = None,
+                 max_episode_steps: int | None = None):
+        from ftrl.rl.sampling.env_factory import EnvContext, make_env
 
         self.index = index
-        self.env = make_env(env, env_config)
+        self.env = make_env(env, env_config, context=EnvContext(**(where or {})),
+                            max_episode_steps=max_episode_steps)
         self._action: Any = None
         try:
             self.spec = space_spec(self.env.observation_space, self.env.action_space)
@@ -120,9 +122,11 @@ class RemoteSubEnv:
 
     @classmethod
     def start(cls, index: int, env: str, env_config: dict, timeout_s: float = 60.0,
-              keep_info: bool = False) -> RemoteSubEnv:
+              keep_info: bool = False, where: dict | None = None,
+              max_episode_steps: int | None = None) -> RemoteSubEnv:
         """Start `python -m ftrl.rl.sampling.sub_env` serving `env`; its spaces in `.spec`.
-        `keep_info`: the child sends each step's info (what crosses, `wire_info`)."""
+        `keep_info`: the child sends each step's info (what crosses, `wire_info`);
+        `where` and `max_episode_steps`: as `make_sub_env`'s."""
         parent, child = socket.socketpair()
         try:
             env_vars = dict(os.environ)
@@ -141,8 +145,8 @@ class RemoteSubEnv:
             child.close()
         sub = cls(index, parent, proc, timeout_s=timeout_s)
         try:
-            sub.spec = SpaceSpec.from_dict(sub._request(["init", env, dict(env_config), bool(keep_info)],
-                                                        what="init"))
+            init = ["init", env, dict(env_config), bool(keep_info), dict(where or {}), max_episode_steps]
+            sub.spec = SpaceSpec.from_dict(sub._request(init, what="init"))
         except SubEnvError:
             sub.close()
             raise
@@ -242,13 +246,17 @@ class RemoteSubEnv:
 
 
 def make_sub_env(
-    index: int, env: str, env_config: dict, remote: bool, timeout_s: float = 60.0, keep_info: bool = False
+    index: int, env: str, env_config: dict, remote: bool, timeout_s: float = 60.0, keep_info: bool = False,
+    where: dict | None = None, max_episode_steps: int | None = None,
 ) -> LocalSubEnv | RemoteSubEnv:
     """Create sub-env `index` in this process or in a child process (`keep_info`: it
-    sends each step's info, see `wire_info`)."""
+    sends each step's info, see `wire_info`). `where`: the EnvContext attributes the env's
+    creator sees (worker_index, vector_index, num_workers, remote); `max_episode_steps`:
+    its time limit (`ftrl.rl.sampling.env_factory`)."""
     if remote:
-        return RemoteSubEnv.start(index, env, env_config, timeout_s=timeout_s, keep_info=keep_info)
-    return LocalSubEnv(index, env, env_config)
+        return RemoteSubEnv.start(index, env, env_config, timeout_s=timeout_s, keep_info=keep_info, where=where,
+                                  max_episode_steps=max_episode_steps)
+    return LocalSubEnv(index, env, env_config, where=where, max_episode_steps=max_episode_steps)
 
 
 _WIRE_SCALARS = (bool, int, float, str, bytes, type(None))
@@ -310,7 +318,7 @@ def _child_recv(sock: socket.socket) -> Any:
 
 def _child_main(fd: int) -> None:
     """Serve one environment over the socket until "close" or EOF."""
-    from ftrl.rl.sampling.env_factory import make_env
+    from ftrl.rl.sampling.env_factory import EnvContext, make_env
 
     sock = socket.socket(fileno=fd)
     env = None
@@ -322,7 +330,9 @@ def _child_main(fd: int) -> None:
         cmd = msg[0]
         try:
             if cmd == "init":
-                env = make_env(msg[1], msg[2])
+                where = msg[4] if len(msg) > 4 else {}
+                limit = msg[5] if len(msg) > 5 else None
+                env = make_env(msg[1], msg[2], context=EnvContext(**where), max_episode_steps=limit)
                 keep_info = len(msg) > 3 and bool(msg[3])
                 reply: list = ["ok", space_spec(env.observation_space, env.action_space).to_dict()]
             elif cmd == "reset":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from ftrl.config import (
@@ -49,7 +50,7 @@ class _TrainingWithNewKeys(PPOTrainingConfig):
     aux_loss_coeff: float = option(0.0, "weight of an auxiliary loss", check=non_negative_float)
     entropy_coeff_schedule: list | None = option(  # noqa: RUF009
         None, "[[env_step, entropy_coeff], ...]", check=check_schedule,
-        change=rebuild(Part.LEARNERS), schedules="entropy_coeff",
+        change=LIVE, schedules="entropy_coeff",
     )
     aux_loss_scale: float = option(1.0, "a live key", check=non_negative_float, change=LIVE)
     use_lstm: bool = option(False, "a recurrent core", change=NEVER, fixed_on_resume=True)
@@ -130,11 +131,12 @@ def test_a_learner_actor_and_its_group_hash_the_same_way():
 
 
 def test_live_keys_are_exactly_today_s():
-    common = {"lr", "gamma", "grad_clip"}
-    ppo = common | {"lambda_", "use_gae", "minibatch_size", "num_epochs", "clip_param", "vf_loss_coeff",
-                    "vf_clip_param", "entropy_coeff", "normalize_advantages"}
+    common = {"lr", "lr_schedule", "gamma", "grad_clip"}
+    ppo = common | {"lambda_", "use_gae", "minibatch_size", "num_epochs", "clip_param", "clip_param_schedule",
+                    "vf_loss_coeff", "vf_clip_param", "entropy_coeff", "normalize_advantages", "adam_epsilon"}
     impala = common | {"num_epochs", "minibatch_size", "vtrace", "vtrace_clip_rho_threshold",
-                       "vtrace_clip_pg_rho_threshold", "vf_loss_coeff", "entropy_coeff"}
+                       "vtrace_clip_pg_rho_threshold", "vf_loss_coeff", "entropy_coeff", "epsilon", "decay",
+                       "momentum"}
     appo = impala | {"clip_param", "use_kl_loss", "kl_target", "target_network_update_freq", "tau"}
     assert live_keys("PPO") == ppo and live_keys("impala") == impala and live_keys("Appo") == appo
     with pytest.raises(ConfigError, match=r"unknown algorithm 'PPX'; known: \['APPO', 'IMPALA', 'PPO'\]"):
@@ -158,18 +160,35 @@ def test_a_new_live_key_and_a_new_schedule_are_read_from_their_fields():
     with pytest.raises(ConfigError, match="'aux_loss_coeff' cannot change while a PPO job trains"):
         check_live(config, {"aux_loss_coeff": 2.0})  # declares nothing: never
     assert check_live(config, {"entropy_coeff": 0.1}) == {"entropy_coeff": 0.1}
-    config.training(entropy_coeff_schedule=[[0, 0.1], [1000, 0.0]])
-    with pytest.raises(ConfigError, match="entropy_coeff has no effect while entropy_coeff_schedule is set"):
-        check_live(config, {"entropy_coeff": 0.1})
+    config.training(entropy_coeff=0.2, entropy_coeff_schedule=[[0, 0.1], [1000, 0.0]])
+    assert check_live(config, {"entropy_coeff": 0.1}) == {
+        "entropy_coeff": 0.1, "entropy_coeff_schedule": [[0, 0.05], [1000, 0.0]]}
 
 
-def test_today_s_schedules_refuse_their_live_key():
-    config = PPOConfig().environment("CartPole-v1").training(clip_param_schedule=[[0, 0.3], [100, 0.1]])
-    with pytest.raises(ConfigError, match="clip_param has no effect while clip_param_schedule is set"):
-        check_live(config, {"clip_param": 0.2})
-    impala = IMPALAConfig().environment("CartPole-v1").training(lr_schedule=[[0, 1e-3], [100, 1e-4]])
-    with pytest.raises(ConfigError, match="lr has no effect while lr_schedule is set"):
-        check_live(impala, {"lr": 1e-4})
+def test_a_key_under_its_schedule_scales_the_schedule():
+    config = PPOConfig().environment("CartPole-v1").training(clip_param=0.2,
+                                                            clip_param_schedule=[[0, 0.3], [100, 0.1]])
+    values = check_live(config, {"clip_param": 0.24})
+    assert values["clip_param"] == 0.24
+    assert np.allclose(values["clip_param_schedule"], [[0, 0.36], [100, 0.12]])
+    impala = IMPALAConfig().environment("CartPole-v1").training(lr=1e-3, lr_schedule=[[0, 1e-3], [100, 1e-4]])
+    assert np.allclose(check_live(impala, {"lr": 5e-4})["lr_schedule"], [[0, 5e-4], [100, 5e-5]])
+    given = [[0, 2e-3]]  # a schedule given beside its key (a resumed trial's) is taken as it is
+    assert check_live(impala, {"lr": 5e-4, "lr_schedule": given})["lr_schedule"] == given
+    assert impala.training_cfg.lr_schedule == [[0, 1e-3], [100, 1e-4]]  # nothing changed
+    with pytest.raises(ConfigError, match="lr must be a number"):
+        check_live(impala, {"lr": "fast"})
+
+
+def test_why_a_key_cannot_change_is_said():
+    with pytest.raises(ConfigError, match="'opt_type' cannot change while a IMPALA job trains: it is fixed for a "
+                                          "trial"):
+        check_live_keys("IMPALA", ["opt_type"])
+    with pytest.raises(ConfigError, match=r"'train_batch_size' cannot change .* when the driver and env_runners "
+                                          r"are built"):
+        check_live_keys("IMPALA", ["train_batch_size"])
+    with pytest.raises(ConfigError, match=r"'lr_schedul' cannot change .* no config key"):
+        check_live_keys("PPO", ["lr_schedul"])
 
 
 # --------------------------------------------------------------------------- resume
@@ -230,7 +249,7 @@ def test_declarations_are_checked():
     with pytest.raises(ValueError, match="a rebuild names its parts"):
         rebuild()
     with pytest.raises(ValueError, match="a rebuild names its parts"):
-        Mutability(Change.LIVE, frozenset({Part.OPTIMIZER}))
+        Mutability(Change.LIVE, frozenset({Part.LEARNERS}))
     with pytest.raises(TypeError, match="change must be LIVE, NEVER or rebuild"):
         option(1.0, "doc", change="live")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="mesh must be a bool"):
@@ -238,9 +257,9 @@ def test_declarations_are_checked():
 
     @dataclass
     class _BadSchedule(PPOTrainingConfig):
-        adam_epsilon_schedule: list | None = option(None, "doc", schedules="adam_epsilon")  # noqa: RUF009
+        train_batch_size_schedule: list | None = option(None, "doc", schedules="train_batch_size")  # noqa: RUF009
 
-    with pytest.raises(ValueError, match="schedules 'adam_epsilon', which is not a live key"):
+    with pytest.raises(ValueError, match="schedules 'train_batch_size', which is not a live key"):
         section_facts(_BadSchedule)
 
 
@@ -248,8 +267,8 @@ def test_the_key_listing_shows_the_facts():
     text = describe("APPO")
     assert "algo = 'APPO'  [never, mesh, fixed on resume]" in text
     assert "learning rate  [live, mesh]" in text
-    assert "[rebuild optimizer, mesh]" in text  # epsilon
-    assert "[rebuild learners, sets lr, mesh]" in text  # lr_schedule
+    assert "where RMSProp adds it)  [live, mesh]" in text  # epsilon
+    assert "[live, sets lr, mesh]" in text  # lr_schedule
     assert "[rebuild learner_thread]" in text  # learner_queue_size: the driver's
     assert "GPUs each learner takes  [rebuild learner_mesh, mesh]" in text
 

@@ -43,11 +43,14 @@ def test_bad_experiments_are_refused_naming_the_key(kwargs, match):
         make(**kwargs)
 
 
-def test_pbt_cannot_mutate_a_key_a_schedule_sets():
-    config = base().training(lr_schedule=[[0, 1e-3], [1000, 0.0]])
-    with pytest.raises(ftrl.ConfigError, match="lr_schedule"):
-        ftrl.Tuner(config, tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
-            hyperparam_mutations={"lr": [1e-3, 2e-3]})), run_config=ftrl.RunConfig(name="x"))
+def test_pbt_refuses_a_key_fixed_for_a_trial_and_says_why():
+    for key, why in (("observation_filter", "fixed for a trial"), ("train_batch_size", "read once, when the driver")):
+        with pytest.raises(ftrl.ConfigError, match=rf"hyperparam_mutations\['{key}'\]: .*{why}"):
+            ftrl.Tuner(base(), tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
+                hyperparam_mutations={key: [1, 2]})), run_config=ftrl.RunConfig(name="x"))
+    config = base().training(lr_schedule=[[0, 1e-3], [1000, 0.0]])  # lr under its schedule: scaled
+    ftrl.Tuner(config, tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
+        hyperparam_mutations={"lr": [1e-3, 2e-3], "adam_epsilon": [1e-5, 1e-4]})), run_config=ftrl.RunConfig(name="x"))
 
 
 def test_a_good_experiment_has_its_trials_and_the_scheduler_state(tmp_path):

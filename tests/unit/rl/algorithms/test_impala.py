@@ -50,7 +50,46 @@ def test_flat_rmsprop_is_torch_rmsprop(momentum):
     torch.testing.assert_close(again.state[again.param]["square_avg"], ours.state[mine]["square_avg"])
 
 
-@pytest.mark.parametrize("opt_type", ["adam", "rmsprop"])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_tf_style_rmsprop_is_tensorflow_s_update(momentum):
+    """TF1's RMSPropOptimizer (the IMPALA paper's, seed 002's): ms starts at 1, epsilon inside
+    the square root, lr inside the momentum buffer; written out here in numpy."""
+    start = np.random.default_rng(0).normal(size=20).astype(np.float64)
+    param = torch.nn.Parameter(torch.tensor(start))
+    ours = FlatRMSProp(param, lr=0.01, alpha=0.99, eps=0.1, momentum=momentum, tf_style=True)
+    var, ms, mom = start.copy(), np.ones_like(start), np.zeros_like(start)
+    for step in range(6):
+        grad = np.random.default_rng(step + 1).normal(size=20) * (step + 1)
+        lr = 0.01 / (step + 1)  # the learner may change lr (and the others) between steps
+        ours.param_groups[0]["lr"] = lr
+        param.grad = torch.tensor(grad)
+        ours.step()
+        ms = 0.99 * ms + 0.01 * grad * grad
+        mom = momentum * mom + lr * grad / np.sqrt(ms + 0.1)
+        var = var - mom
+    np.testing.assert_allclose(param.detach().numpy(), var, rtol=1e-10)
+    torch_form = FlatRMSProp(torch.nn.Parameter(torch.tensor(start)), lr=0.01, alpha=0.99, eps=0.1)
+    assert float(torch_form.buffers()["square_avg"].sum()) == 0.0 and float(ours.buffers()["square_avg"].min()) > 0.5
+
+
+def test_optimizer_keys_are_read_at_every_update():
+    cfg = _config(IMPALAConfig, opt_type="rmsprop_tf", lr=1e-3, epsilon=0.1, decay=0.99)
+    learner = IMPALALearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+    assert float(learner.optimizer.state[learner._flat]["square_avg"].min()) == 1.0  # TF's start, mesh-ready
+    frags = _fragments(cfg, learner)
+    learner.update(frags)
+    learner.set_hyperparams({"epsilon": 0.01, "decay": 0.9, "momentum": 0.5, "lr": 2e-3})
+    square_avg = learner.optimizer.state[learner._flat]["square_avg"].clone()
+    learner.update(frags)
+    group = learner.optimizer.param_groups[0]
+    assert (group["eps"], group["alpha"], group["momentum"], group["lr"]) == (0.01, 0.9, 0.5, 2e-3)
+    grown = learner.optimizer.state[learner._flat]["square_avg"]
+    assert torch.all(grown >= 0.9 * square_avg - 1e-7)  # decay 0.9 was applied to the average
+    assert not torch.allclose(grown, 0.99 * square_avg, atol=1e-6)  # not the old 0.99
+    assert float(learner.optimizer.state[learner._flat]["momentum_buffer"].abs().sum()) > 0
+
+
+@pytest.mark.parametrize("opt_type", ["adam", "rmsprop", "rmsprop_tf"])
 def test_impala_update_learns_and_bumps_version(opt_type):
     cfg = _config(IMPALAConfig, opt_type=opt_type, lr=1e-3)
     learner = IMPALALearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
