@@ -81,8 +81,10 @@ class LocalClient:
         max_restarts: int = 0,
         resources: dict | None = None,
         get_if_exists: bool = False,
+        placement_strategy: str = "",
     ) -> LocalHandle:
-        """Start an actor (constructing it now). Raises ActorStartError if it cannot."""
+        """Start an actor (constructing it now; one process, so `placement_strategy` is
+        moot). Raises ActorStartError if it cannot."""
         with self._lock:
             existing = self._actors.get(name)
             if existing is not None and existing.state != "DEAD":

@@ -92,11 +92,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def why_waiting(actor: dict[str, Any], nodes: list[dict[str, Any]]) -> str | None:
+    """Why an actor waits to start (None: it does not wait): a resource no ALIVE worker
+    offers at all, or no room on those that do."""
+    if actor["state"] not in ("PENDING", "RESTARTING"):
+        return None
+    need = {k: v for k, v in (actor.get("resources") or {}).items() if v > 0}
+    alive = [n for n in nodes if n["state"] == "ALIVE"]
+    missing = [f"{k}={v:g}" for k, v in sorted(need.items())
+               if not any(n["resources"].get(k, 0.0) >= v for n in alive)]
+    if missing:
+        return (f"no ALIVE worker offers {', '.join(missing)} (workers advertise custom resources with "
+                "`ftrl worker --resources NAME=N`)")
+    wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(need.items())) or "nothing"
+    return f"waits for room ({wanted}) on the ALIVE workers"
+
+
 def _job_status(args: argparse.Namespace) -> int:
-    """`ftrl status JOB`: one job's record."""
+    """`ftrl status JOB`: one job's record, and why any of its actors waits to start."""
     with client_of(args) as client:
         job = client.job_status(args.job)
+        actors = client.actors(f"{job['job_id']}/")
+        nodes = client.nodes()
+    waiting = [(a["name"], why) for a in actors if (why := why_waiting(a, nodes))]
     if args.json:
+        job = {**job, "waiting": dict(waiting)}
         print(json.dumps(job, indent=2, default=str))
         return 0
     from ftrl.client.jobs import FINAL_STAGES
@@ -118,6 +138,7 @@ def _job_status(args: argparse.Namespace) -> int:
         ("last checkpoint", job["last_checkpoint"] or "-"),
         ("output", job["output_dir"] or "-"),
         ("actors", " ".join(job["actors"]) or "-"),
+        *(("waiting", f"{name}: {why}") for name, why in waiting),
     ]
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))

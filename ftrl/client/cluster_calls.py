@@ -58,11 +58,14 @@ class ClusterCalls(Connection):
         get_if_exists: bool = False,
         wait: bool = True,
         timeout: float = 120.0,
+        placement_strategy: str = "",
     ) -> AsyncActorHandle:
         """Create an actor of `class_path` ("pkg.mod:Class") and, by default, wait until it serves.
 
         max_restarts: restarts in place after failures (-1 = unlimited, 0 = none).
         resources: e.g. {"cpu": 1, "gpu": 0}; default {"cpu": 1}.
+        placement_strategy: "" (the node with most free CPU), "PACK" or "SPREAD" among the
+        actors of its role (the names sharing its prefix up to the last '/').
         Raises ActorStartError if the class cannot be imported or its constructor raises.
         """
         name = name or f"{class_path.rpartition(':')[2].lower()}-{os.urandom(4).hex()}"
@@ -74,6 +77,7 @@ class ClusterCalls(Connection):
             resources=resources or {},
             max_concurrency=max_concurrency,
             env=codec.encode(env) if env else b"",
+            placement_strategy=placement_strategy,
         )
         info = await self._rpc("CreateActor", pb.CreateActorRequest(spec=spec, get_if_exists=get_if_exists))
         handle = AsyncActorHandle(self, name, info)

@@ -46,6 +46,7 @@ from ftrl.config.sections import (
     LearnersConfig,
     ModelConfig,
     ReportingConfig,
+    ResourcesConfig,
     TrainingConfig,
     check_learner_gpus,
 )
@@ -61,6 +62,7 @@ _SECTIONS: dict[str, type] = {
     "checkpointing": CheckpointingConfig,
     "debugging": DebuggingConfig,
     "learners": LearnersConfig,
+    "resources": ResourcesConfig,
     "reporting": ReportingConfig,
     "callbacks": CallbacksConfig,
 }
@@ -87,6 +89,7 @@ class AlgorithmConfig:
         self.checkpointing_cfg = CheckpointingConfig()
         self.debugging_cfg = DebuggingConfig()
         self.learners_cfg = LearnersConfig()
+        self.resources_cfg = ResourcesConfig()
         self.reporting_cfg = ReportingConfig()
         self.callbacks_cfg = CallbacksConfig()
         self._explicit: set[str] = set()
@@ -174,6 +177,14 @@ class AlgorithmConfig:
         `learner_wait_timeout_s`; a collective slower than `learner_collective_timeout_s`
         counts as a hang."""
         return self._set("learners", kwargs)
+
+    @keys_of(ResourcesConfig)
+    def resources(self: _Config, **kwargs: Any) -> _Config:
+        """The driver's resources (`num_cpus_for_main_process`, default 0 as before,
+        `custom_resources_for_main_process`) and `placement_strategy` (PACK, RLlib's default,
+        or SPREAD). The runners' and learners' custom resources are in `env_runners()` and
+        `learners()`."""
+        return self._set("resources", kwargs)
 
     @keys_of(ReportingConfig)
     def reporting(self: _Config, **kwargs: Any) -> _Config:
@@ -291,6 +302,34 @@ class AlgorithmConfig:
         return f"{type(self).__name__}({self.to_dict()!r})"
 
     # ---- derived values
+
+    def driver_resources(self) -> dict[str, float]:
+        """What the job's driver actor takes on a worker."""
+        res = self.resources_cfg
+        return {"cpu": float(res.num_cpus_for_main_process), **res.custom_resources_for_main_process}
+
+    def env_runner_resources(self) -> dict[str, float]:
+        """What each env runner (and evaluation runner) takes on a worker."""
+        run = self.env_runners_cfg
+        return {"cpu": float(run.num_cpus_per_env_runner), **run.custom_resources_per_env_runner}
+
+    def learner_resources(self) -> dict[str, float]:
+        """What each learner actor takes on a worker."""
+        lrn = self.learners_cfg
+        gpus = {"gpu": float(lrn.num_gpus_per_learner)} if lrn.num_gpus_per_learner else {}
+        return {"cpu": float(lrn.num_cpus_per_learner), **gpus, **lrn.custom_resources_per_learner}
+
+    def job_resources(self) -> dict[str, float]:
+        """What all the job's actors take at once: its driver, env runners, evaluation
+        runners (when it evaluates) and learners."""
+        run, ev, lrn = self.env_runners_cfg, self.evaluation_cfg, self.learners_cfg
+        runners = run.num_env_runners + (ev.evaluation_num_env_runners if ev.evaluation_interval is not None else 0)
+        out: dict[str, float] = {}
+        for each, count in ((self.driver_resources(), 1), (self.env_runner_resources(), runners),
+                            (self.learner_resources(), lrn.num_learners)):
+            for key, amount in each.items():
+                out[key] = out.get(key, 0.0) + count * float(amount)
+        return out
 
     def get_rollout_fragment_length(self) -> int:
         """Steps per sub-env per sample() call ("auto": train_batch_size over all envs)."""

@@ -56,6 +56,22 @@ def _conv_filters(name: str, value: list) -> None:
             )
 
 
+_RESOURCE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-/:@")
+
+
+def custom_resources(name: str, value: dict) -> None:
+    """Check: {resource: amount} of custom resources (what workers advertise with
+    `ftrl worker --resources NAME=N`), each amount a positive finite number."""
+    for key, amount in value.items():
+        if not isinstance(key, str) or not key or len(key) > 200 or not set(key) <= _RESOURCE_NAME_CHARS:
+            raise ConfigError(f"{name}: resource name {key!r} must be 1..200 characters of [A-Za-z0-9_.-/:@]")
+        if key in ("cpu", "gpu"):
+            raise ConfigError(f"{name}: {key!r} has keys of its own (num_{key}s_...); name custom resources here")
+        if (not isinstance(amount, int | float) or isinstance(amount, bool) or not amount > 0
+                or amount == float("inf")):
+            raise ConfigError(f"{name}[{key!r}] must be a positive number, got {amount!r}")
+
+
 def _import_path(name: str, value: str) -> None:
     try:
         split_import_path(value)
@@ -153,6 +169,10 @@ class EnvRunnersConfig:
     )
     num_cpus_per_env_runner: float = option(
         1.0, "CPU slots each runner takes on a worker", check=non_negative_float, change=_ALL_RUNNERS
+    )
+    custom_resources_per_env_runner: dict = option(  # noqa: RUF009
+        {}, 'custom resources each runner takes on a worker, e.g. {"spot": 1} (workers advertise them '
+        "with --resources)", check=custom_resources, change=_ALL_RUNNERS,
     )
     explore: bool = option(True, "sample actions (True) or take the most likely action (False)", change=_RUNNERS)
     inference_backend: str = option(
@@ -347,6 +367,10 @@ class LearnersConfig:
         0.0, "GPUs each learner takes", check=non_negative_float,
         change=_MESH, mesh=True,  # one backend per mesh: NCCL on GPUs, gloo on CPUs
     )
+    custom_resources_per_learner: dict = option(  # noqa: RUF009
+        {}, 'custom resources each learner takes on a worker, e.g. {"ondemand": 1}', check=custom_resources,
+        change=_MESH,
+    )
     learner_wait_timeout_s: float = option(
         600.0, "seconds to wait below min_learners before failing", check=positive_float, change=_MESH
     )
@@ -355,6 +379,27 @@ class LearnersConfig:
     )
     max_num_learner_restarts: int = option(
         1000, "restarts allowed per learner", check=non_negative_int, change=_MESH
+    )
+
+
+@dataclass
+class ResourcesConfig:
+    """Where a job's processes go (RLlib's `config.resources(...)`): the driver's share of a
+    worker, and how each role's actors are spread over the workers. Read when each actor
+    is placed, so fixed for a trial."""
+
+    num_cpus_for_main_process: float = option(
+        0.0, "CPU slots the driver (the job's algorithm actor) takes on a worker (0: none, so it fits on "
+        "any worker; give it 1 to keep a CPU for it)", check=non_negative_float, change=NEVER,
+    )
+    custom_resources_for_main_process: dict = option(  # noqa: RUF009
+        {}, 'custom resources the driver takes, e.g. {"ondemand": 0.01} to keep it off spot workers',
+        check=custom_resources, change=NEVER,
+    )
+    placement_strategy: str = option(
+        "PACK", "how each role's actors (the env runners, the learners) spread over the workers: PACK "
+        "(each role on as few workers as its resources allow, so one lost worker hits few jobs) or SPREAD "
+        "(each on the worker holding fewest of its role)", check=one_of("PACK", "SPREAD"), change=NEVER,
     )
 
 

@@ -35,7 +35,12 @@ from ftrl.coordinator.failover import MAX_INCARNATION, Failover
 from ftrl.coordinator.jobs import JobHost, JobRecord, JobTable
 from ftrl.coordinator.launcher import LoggingLauncher, NodeLauncher
 from ftrl.coordinator.membership import MAX_RUNNING_REPORTED, Membership, check_running
-from ftrl.coordinator.placement import LOCAL_RESTART_RANGE, Placement, could_ever_fit
+from ftrl.coordinator.placement import (
+    LOCAL_RESTART_RANGE,
+    PLACEMENT_STRATEGIES,
+    Placement,
+    could_ever_fit,
+)
 from ftrl.coordinator.records import ActorRecord, ActorState, NodeRecord, NodeState
 from ftrl.coordinator.rendezvous import MeshRegistry
 from ftrl.coordinator.settings import Clock, ControllerConfig, Send
@@ -108,6 +113,9 @@ def checked_resources(spec: pb.ActorSpec) -> dict[str, float]:
         raise InvalidArgumentError(f"max_restarts must be >= -1, got {spec.max_restarts}")
     if spec.max_concurrency < 0 or spec.max_concurrency > 1024:
         raise InvalidArgumentError("max_concurrency must be 0..1024")
+    if spec.placement_strategy not in PLACEMENT_STRATEGIES:
+        raise InvalidArgumentError(f"placement_strategy must be PACK, SPREAD or empty, got "
+                                   f"{spec.placement_strategy[:40]!r}")
     return check_resources(dict(spec.resources) or DEFAULT_RESOURCES, "actor resources")
 
 

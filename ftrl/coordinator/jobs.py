@@ -191,6 +191,14 @@ def parse_job(config: bytes) -> tuple[dict, int, int]:
     return data, spec.config.env_runners_cfg.num_env_runners, spec.config.learners_cfg.num_learners
 
 
+def driver_resources(data: dict) -> dict[str, float]:
+    """What a job's driver actor takes (its `resources` section; 0 CPUs by default, so it
+    fits on any worker)."""
+    from ftrl.config import load_job  # torch-free
+
+    return load_job(data=data).config.driver_resources()
+
+
 @dataclass(frozen=True)
 class JobHost:
     """All the job table uses of the controller, handed to it by the controller (this
@@ -329,10 +337,10 @@ class JobTable:
         return job
 
     def _create_driver(self, job: JobRecord) -> None:
-        kwargs = {"job": codec.decode(job.config, codec.SMALL_LIMITS), "output_dir": job.output_dir,
-                  "job_name": job.job_id}
+        data = codec.decode(job.config, codec.SMALL_LIMITS)
+        kwargs = {"job": data, "output_dir": job.output_dir, "job_name": job.job_id}
         spec = pb.ActorSpec(name=job.driver, class_path=DRIVER_CLASS, kwargs=codec.encode(kwargs),
-                            max_restarts=DRIVER_MAX_RESTARTS, resources={"cpu": 0.0},
+                            max_restarts=DRIVER_MAX_RESTARTS, resources=driver_resources(data),
                             owner=f"job.{job.job_id}"[:100], max_concurrency=4)
         rec = self.host.get_or_create_actor(spec)
         self.actor_changed(rec)

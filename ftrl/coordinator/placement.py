@@ -19,15 +19,36 @@ from ftrl.wire import ftrl_pb2 as pb
 LOCAL_RESTART_RANGE = 1000
 
 
-def choose_node(nodes: Iterable[NodeRecord], need: dict[str, float]) -> NodeRecord | None:
-    """The node to start an actor that needs `need` on: of the schedulable nodes with
-    room, the one with the most free CPU, then the fewest actors (the first such one)."""
+#: ActorSpec.placement_strategy: "" (most free CPU), or among the actors of one role
+PLACEMENT_STRATEGIES = ("", "PACK", "SPREAD")
+
+
+def role_of(actor_name: str) -> str:
+    """An actor's role: its name up to the last '/' ("job/env_runner" of "job/env_runner/3")."""
+    return actor_name.rpartition("/")[0]
+
+
+def choose_node(nodes: Iterable[NodeRecord], need: dict[str, float], name: str = "",
+                strategy: str = "") -> NodeRecord | None:
+    """The node to start actor `name` that needs `need` on, of the schedulable nodes with
+    room: by `strategy` among the actors of its role (`role_of`), "PACK" the node holding
+    most of them, then the least free CPU (each role on as few nodes as its resources
+    allow), "SPREAD" the node holding fewest, then the most free CPU; "" the node with the
+    most free CPU. Ties: the fewest actors, then the first."""
+    role = role_of(name) if strategy else ""
     best: NodeRecord | None = None
-    best_key: tuple[float, int] | None = None
+    best_key: tuple[float, float, int] | None = None
     for node in nodes:
         if not node.schedulable() or not node.fits(need):
             continue
-        key = (-node.available().get("cpu", 0.0), len(node.actors))
+        free_cpu = node.available().get("cpu", 0.0)
+        peers = sum(1 for a in node.actors if a != name and role_of(a) == role) if role else 0
+        if strategy == "PACK":
+            key = (-peers, free_cpu, len(node.actors))
+        elif strategy == "SPREAD":
+            key = (peers, -free_cpu, len(node.actors))
+        else:
+            key = (0, -free_cpu, len(node.actors))
         if best_key is None or key < best_key:
             best, best_key = node, key
     return best
@@ -134,7 +155,7 @@ class Placement:
             shape = tuple(sorted(rec.spec.resources.items()))
             if no_room is not None and shape in no_room:
                 return False
-            node = choose_node(nodes.values(), rec.resources)
+            node = choose_node(nodes.values(), rec.resources, rec.name, rec.spec.placement_strategy)
             if node is None:
                 if no_room is not None:
                     no_room.add(shape)

@@ -1,10 +1,10 @@
 """Which PENDING trials start now: pure functions over the cluster's views (the node and
 actor dicts `Client.nodes()` and `Client.actors()` return), tested without a cluster.
 
-A trial holds its resources (`Trial.resources`: its runners' and learners' CPUs and GPUs)
-whole while it runs, whether or not its actors exist yet. Room is what the ALIVE nodes
-have minus what other jobs' live actors hold and what this experiment's RUNNING trials
-hold. Trials start in queue order (those that ran before first: pre-empted, failed or
+A trial holds its resources (`Trial.resources`: what its driver, runners and learners
+take: CPUs, GPUs and custom resources) whole while it runs, whether or not its actors
+exist yet. Room is what the ALIVE nodes have (every kind they advertise) minus what other
+jobs' live actors hold and what this experiment's RUNNING trials hold. Trials start in queue order (those that ran before first: pre-empted, failed or
 paused ones go back to the front), while the front one fits and fewer than
 max_concurrent_trials run; the front of the queue waits for room, none jumps it.
 Imports no torch and no client.
@@ -18,7 +18,7 @@ from typing import Any
 from ftrl.coordinator.records import ActorState, NodeState
 from ftrl.tune.experiment import Trial, TrialStatus
 
-#: The resource kinds a trial is placed by.
+#: The resource kinds every room has (0 when no node offers them).
 RESOURCE_KINDS = ("cpu", "gpu")
 _EPS = 1e-9
 
@@ -42,21 +42,21 @@ def owner_of(actor_name: str) -> str:
 
 def free_resources(nodes: Mapping[str, Mapping[str, Any]], actors: Iterable[Mapping[str, Any]],
                    trial_ids: Collection[str], running: Iterable[Trial]) -> dict[str, float]:
-    """CPUs and GPUs of the ALIVE nodes not used by other jobs' live actors nor held by
-    the `running` trials (counted whole). `trial_ids`: every trial of the experiment
+    """Every resource kind of the ALIVE nodes not used by other jobs' live actors nor held
+    by the `running` trials (counted whole). `trial_ids`: every trial of the experiment
     (their actors are counted through `running` instead)."""
     alive = {nid for nid, node in nodes.items() if node["state"] == NodeState.ALIVE}
     free = dict.fromkeys(RESOURCE_KINDS, 0.0)
     for nid in alive:
-        for key in free:
-            free[key] += float(nodes[nid].get("resources", {}).get(key, 0.0))
+        for key, amount in nodes[nid].get("resources", {}).items():
+            free[key] = free.get(key, 0.0) + float(amount)
     for actor in actors:
         if owner_of(actor["name"]) in trial_ids or actor["state"] == ActorState.DEAD:
             continue
         if actor.get("node_id") not in alive:
             continue
-        for key in free:
-            free[key] -= float((actor.get("resources") or {}).get(key, 0.0))
+        for key, amount in (actor.get("resources") or {}).items():
+            free[key] = free.get(key, 0.0) - float(amount)
     for trial in running:
         for key, value in trial_resources(trial).items():
             free[key] = free.get(key, 0.0) - value

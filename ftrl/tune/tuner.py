@@ -174,13 +174,11 @@ def _result(t: dict[str, Any]) -> Result:
 
 
 def trial_resources_of(config: Any) -> dict[str, float]:
-    """What one trial holds while it runs: its runners' and learners' CPUs and GPUs
-    (a trial that samples and learns in its driver counts as one CPU)."""
-    run, lrn, ev = config.env_runners_cfg, config.learners_cfg, config.evaluation_cfg
-    cpus = run.num_env_runners * run.num_cpus_per_env_runner + lrn.num_learners * lrn.num_cpus_per_learner
-    if ev.evaluation_interval is not None:
-        cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
-    return {"cpu": max(1.0, float(cpus)), "gpu": float(lrn.num_learners * lrn.num_gpus_per_learner)}
+    """What one trial holds while it runs: what its driver, runners and learners take
+    (`AlgorithmConfig.job_resources`: CPUs, GPUs, custom resources; a trial that samples
+    and learns in its driver counts as one CPU)."""
+    need = config.job_resources()
+    return {**need, "cpu": max(1.0, need.get("cpu", 0.0)), "gpu": need.get("gpu", 0.0)}
 
 
 def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_config: TuneConfig,

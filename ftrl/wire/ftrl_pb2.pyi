@@ -97,7 +97,7 @@ REPORT_HUNG: ReportKind
 REPORT_STOPPED: ReportKind
 
 class ActorSpec(_message.Message):
-    __slots__ = ("name", "class_path", "kwargs", "max_restarts", "resources", "owner", "max_concurrency", "env")
+    __slots__ = ("name", "class_path", "kwargs", "max_restarts", "resources", "owner", "max_concurrency", "env", "placement_strategy")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,7 @@ class ActorSpec(_message.Message):
     OWNER_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     name: str
     class_path: str
     kwargs: bytes
@@ -121,7 +122,8 @@ class ActorSpec(_message.Message):
     owner: str
     max_concurrency: int
     env: bytes
-    def __init__(self, name: _Optional[str] = ..., class_path: _Optional[str] = ..., kwargs: _Optional[bytes] = ..., max_restarts: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., owner: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., env: _Optional[bytes] = ...) -> None: ...
+    placement_strategy: str
+    def __init__(self, name: _Optional[str] = ..., class_path: _Optional[str] = ..., kwargs: _Optional[bytes] = ..., max_restarts: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., owner: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., env: _Optional[bytes] = ..., placement_strategy: _Optional[str] = ...) -> None: ...
 
 class ActorInfo(_message.Message):
     __slots__ = ("name", "class_path", "node_id", "address", "pid", "state", "restarts", "incarnation", "owner", "death_reason", "node_epoch", "state_since", "resources", "max_restarts", "error_type", "valid_for_s")

@@ -256,9 +256,14 @@ class AlgorithmDriver:
     def _on_job_info(self, info: dict[str, Any]) -> None:
         """A reply of the coordinator (on the link's thread): a stop request stops the run
         after the current iteration; a wanted size that changed resizes its group once."""
-        if info.get("stop_requested"):
-            self._stop.request("stopped")
         algo = self._algo
+        if info.get("stop_requested"):
+            if algo is None and not self._stop.is_set() and self.link is not None:
+                # still building (waiting for its runners or learners to be placed): nothing
+                # was trained since its last state, so it ends now; the coordinator stops
+                # its actors, this one included
+                self.link.report("STOPPED", reason="stopped on request while starting")
+            self._stop.request("stopped")
         if algo is None:  # not built yet: the next reply (within a second) is acted on
             return
         for key, current, resize in (

@@ -23,15 +23,15 @@ DRIVER_MODULE = "ftrl.rl.driver.actor"
 
 
 def cluster_slots(config: Any) -> int:
-    """Worker slots for the job's runners and learners (the driver takes none), at least
-    one per CPU."""
-    run = config.env_runners_cfg
-    ev = config.evaluation_cfg
-    cpus = run.num_env_runners * run.num_cpus_per_env_runner
-    cpus += config.learners_cfg.num_learners * config.learners_cfg.num_cpus_per_learner
-    if ev.evaluation_interval is not None:
-        cpus += ev.evaluation_num_env_runners * run.num_cpus_per_env_runner
+    """Worker slots for the job's driver, runners and learners, at least one per CPU."""
+    cpus = config.job_resources().get("cpu", 0.0)
     return max(int(cpus + 0.999), os.cpu_count() or 1)
+
+
+def cluster_custom_resources(config: Any) -> dict[str, float]:
+    """The custom resources the job's actors ask for, all of them: the one worker of an
+    embedded cluster offers them (on a real cluster, workers advertise theirs)."""
+    return {k: v for k, v in config.job_resources().items() if k not in ("cpu", "gpu")}
 
 
 def cluster_gpus(config: Any, visible: list[str] | None = None) -> int:
@@ -78,6 +78,10 @@ def embedded_cluster_for(config: Any, driver: bool = True, **options: Any) -> An
     gpus = cluster_gpus(config)
     if gpus:
         options["worker_args"] = [*options.get("worker_args", []), "--gpus", str(gpus)]
+    custom = cluster_custom_resources(config)
+    if custom:
+        listed = ",".join(f"{k}={v:g}" for k, v in sorted(custom.items()))
+        options["worker_args"] = [*options.get("worker_args", []), "--resources", listed]
     # two warm spares: a killed runner comes back in ~0.2 s instead of a cold start
     return LocalCluster(workers=1, slots=cluster_slots(config), spares=2,
                         preload=spare_preload(config, driver), log_level="WARNING", **options)

@@ -95,13 +95,11 @@ class LearnerGroup(ActorGroup):
         self.config_hash = self.learner_cls.mesh_config_hash(config, space_spec)
         kwargs = {"config": cfg_dict, "space_spec": space_spec, "group": f"{job_name}/learner",
                   "config_hash": self.config_hash, "learner_class": learner_class}
-        resources = {"cpu": float(lrn.num_cpus_per_learner)}
-        if lrn.num_gpus_per_learner:
-            resources["gpu"] = float(lrn.num_gpus_per_learner)
         super().__init__(
             client, group=f"{job_name}/learner", actor_class=LEARNER_CLASS, actor_kwargs=kwargs,
-            max_restarts=lrn.max_num_learner_restarts, resources=resources,
-            create_options={"max_concurrency": 4, "timeout": 300.0},
+            max_restarts=lrn.max_num_learner_restarts, resources=config.learner_resources(),
+            create_options={"max_concurrency": 4, "timeout": 300.0,
+                            "placement_strategy": config.resources_cfg.placement_strategy},
             pool_size=max(4, 2 * self.target), pool_name="learner-group")
         self.slots = [ActorSlot(index=i, name=self.actor_name(i)) for i in range(self.target)]
         self._lock = threading.Lock()  # guards `target` (scale is called from other threads)

@@ -82,7 +82,8 @@ class EnvRunnerGroup:
             policy=policy,
             actor_class=actor_class,
             actor_kwargs={"config": config.to_dict(), "evaluation": evaluation, "space_spec": space_spec},
-            resources={"cpu": float(run.num_cpus_per_env_runner)},
+            resources=config.env_runner_resources(),
+            placement_strategy=config.resources_cfg.placement_strategy,
             channel_token=channels.channel_token(client),  # None: samples go over gRPC only
             latest_weights=lambda: self.weights.latest,
         )

@@ -112,6 +112,7 @@ class RunnerSet(ActorGroup):
         actor_class: the runner class.
         actor_kwargs: its constructor kwargs ("worker_index" is added per runner).
         resources: what each runner needs ({"cpu": 1.0}).
+        placement_strategy: "PACK" or "SPREAD" over the workers ("": the coordinator's default).
         channel_token: the sample channels' token (None: samples by RPC only).
         latest_weights: what a runner coming back is given before it is healthy.
     """
@@ -129,6 +130,7 @@ class RunnerSet(ActorGroup):
         actor_class: str = ENV_RUNNER_CLASS,
         actor_kwargs: dict[str, Any] | None = None,
         resources: dict[str, float] | None = None,
+        placement_strategy: str = "",
         channel_token: str | None = None,
         latest_weights: LatestWeights = _no_weights,
     ):
@@ -139,6 +141,7 @@ class RunnerSet(ActorGroup):
             actor_kwargs=dict(actor_kwargs or {}),
             max_restarts=policy.max_restarts,
             resources=dict(resources or {}),
+            create_options={"placement_strategy": placement_strategy} if placement_strategy else None,
             pool_size=max(2, num_runners),
             pool_name=f"{kind}-recovery",
         )

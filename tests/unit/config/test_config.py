@@ -240,7 +240,9 @@ def _apply(path, section, key, value):
 # a valid non-default value for keys whose default is None (TOML has no None)
 _GOOD = {"env": "CartPole-v1", "seed": 7, "evaluation_interval": 2, "n_init_learners": 1,
          "vf_clip_param": 1.0, "lr_schedule": [[0, 0.1]], "clip_param_schedule": [[0, 0.1]],
-         "min_time_s_per_iteration": 2.0, "callbacks_class": "pkg.mod:MyCallbacks"}
+         "min_time_s_per_iteration": 2.0, "callbacks_class": "pkg.mod:MyCallbacks", "max_episode_steps": 200,
+         "custom_resources_per_env_runner": {"spot": 1.0}, "custom_resources_per_learner": {"ondemand": 1.0},
+         "custom_resources_for_main_process": {"ondemand": 0.5}}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -283,6 +285,7 @@ _BAD_BY_CHECK = {
     sections._hidden_sizes: [],
     sections._conv_filters: [[32, 8]],
     sections._import_path: "no_colon",
+    sections.custom_resources: {"spot": 0},
 }
 
 

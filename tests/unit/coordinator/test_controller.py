@@ -82,6 +82,38 @@ def test_placement_spreads_by_free_cpu():
     assert sorted(placed) == ["a", "a", "b", "b"]
 
 
+def test_pack_puts_a_role_on_as_few_nodes_as_fit_and_spread_on_as_many():
+    h = Harness()
+    h.register("a", cpu=3)
+    h.register("b", cpu=3)
+    for i in range(3):  # PACK: the second and third runner join the first one's node
+        h.create(f"job/env_runner/{i}", placement_strategy="PACK")
+    packed = {h.last_start(f"job/env_runner/{i}")[0] for i in range(3)}
+    assert len(packed) == 1
+    h.create("job/env_runner/3", placement_strategy="PACK")  # full: the next node
+    assert h.last_start("job/env_runner/3")[0] not in packed
+    h2 = Harness()
+    h2.register("a", cpu=4)
+    h2.register("b", cpu=4)
+    h2.create("other", resources={"cpu": 1})  # "a" (or "b") has less free CPU now
+    for i in range(4):
+        h2.create(f"job/learner/{i}", placement_strategy="SPREAD")
+    spread = [h2.last_start(f"job/learner/{i}")[0] for i in range(4)]
+    assert sorted(spread) == ["a", "a", "b", "b"]
+    with pytest.raises(InvalidArgumentError, match="placement_strategy must be PACK, SPREAD"):
+        h2.create("x", placement_strategy="RANDOM")
+
+
+def test_a_custom_resource_no_node_offers_waits_pending():
+    h = Harness()
+    h.register("spot", cpu=4, spot=4)
+    h.create("job/algorithm", resources={"cpu": 0, "ondemand": 0.5})
+    assert h.c.actors["job/algorithm"].state == ActorState.PENDING
+    h.register("head", cpu=1, ondemand=1)
+    h.advance(0.1)
+    assert h.last_start("job/algorithm")[0] == "head"
+
+
 def test_pending_until_a_node_with_room_appears():
     h = Harness()
     rec = h.create("early")  # no node at all
@@ -889,10 +921,10 @@ def test_unplaceable_actors_cost_one_scan_per_shape(monkeypatch):
     calls = 0
     choose = placement.choose_node
 
-    def counting(nodes, need):
+    def counting(nodes, need, *role):
         nonlocal calls
         calls += 1
-        return choose(nodes, need)
+        return choose(nodes, need, *role)
 
     monkeypatch.setattr(placement, "choose_node", counting)
     h.c.placement.capacity_changed()

@@ -97,3 +97,23 @@ def test_a_cluster_fills_and_the_queue_waits():
     nodes["b"] = node(cpu=2)  # a node joins
     free = free_resources(nodes, actors, {t.trial_id for t in trials}, running)
     assert [t.index for t in to_start(start_order(trials), free, len(running), None)] == [2]
+
+
+def test_custom_resources_are_room_too():
+    from ftrl.config import IMPALAConfig
+    from ftrl.tune.tuner import trial_resources_of
+
+    config = (IMPALAConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=3, custom_resources_per_env_runner={"spot": 1})
+              .learners(num_learners=1, custom_resources_per_learner={"ondemand": 1})
+              .resources(num_cpus_for_main_process=1, custom_resources_for_main_process={"ondemand": 0.5}))
+    need = trial_resources_of(config)
+    assert need == {"cpu": 5.0, "gpu": 0.0, "spot": 3.0, "ondemand": 1.5}  # driver 1 + runners 3 + learner 1
+    nodes = {"head": {"state": "ALIVE", "resources": {"cpu": 4.0, "gpu": 0.0, "ondemand": 4.0}},
+             "spot": {"state": "ALIVE", "resources": {"cpu": 4.0, "gpu": 0.0, "spot": 2.0}}}
+    other = [{"name": "x/env_runner/0", "node_id": "spot", "state": "ALIVE", "resources": {"cpu": 1.0, "spot": 1.0}}]
+    free = free_resources(nodes, other, set(), [])
+    assert free == {"cpu": 7.0, "gpu": 0.0, "ondemand": 4.0, "spot": 1.0}
+    assert not fits(need, free)  # 3 spot wanted, 1 free
+    nodes["spot"]["resources"]["spot"] = 8.0
+    assert fits(need, free_resources(nodes, other, set(), []))

@@ -308,3 +308,20 @@ def test_a_failed_update_reaches_the_driver_at_its_next_put():
             access.put(TrainBatch([{"x": 1}], [0], [8]), timeout_s=1.0)
     finally:
         access.stop()
+
+
+def test_an_embedded_cluster_offers_what_the_job_asks_for():
+    from ftrl.config import PPOConfig
+    from ftrl.rl.driver.embedded import (
+        cluster_custom_resources,
+        cluster_slots,
+        embedded_cluster_for,
+    )
+
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=40, custom_resources_per_env_runner={"spot": 1})
+              .resources(num_cpus_for_main_process=2, custom_resources_for_main_process={"ondemand": 0.5}))
+    assert cluster_slots(config) == 42  # the driver's CPUs count
+    assert cluster_custom_resources(config) == {"spot": 40.0, "ondemand": 0.5}
+    cluster = embedded_cluster_for(config)
+    assert cluster.worker_args[-2:] == ["--resources", "ondemand=0.5,spot=40"]
