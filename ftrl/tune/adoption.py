@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from ftrl.coordinator.jobs import JobStage
-from ftrl.tune.experiment import TrialStatus
+from ftrl.tune.experiment import PAUSED_TO_YIELD, TrialStatus
 
 #: The job stages after which nothing runs for the job.
 JOB_ENDED = frozenset(stage for stage in JobStage if stage.final)
@@ -21,7 +21,7 @@ JOB_ENDED = frozenset(stage for stage in JobStage if stage.final)
 class Adoption(StrEnum):
     """What becomes of one trial when a tuner starts."""
 
-    KEEP = "keep"  # as it was: PENDING or ended, or RUNNING with its job running
+    KEEP = "keep"  # as it was: PENDING, waiting for its turn (PAUSED to yield) or ended, or RUNNING with its job running
     FOLLOW = "follow"  # PENDING or PAUSED, but an earlier incarnation left its job running: RUNNING
     TERMINATED = "terminated"  # RUNNING, and its job finished while no tuner watched
     REQUEUE = "requeue"  # RUNNING, but its job does not run: to the front of the queue (not pre-empted)
@@ -33,8 +33,9 @@ def job_runs(job: Mapping[str, Any] | None) -> bool:
     return job is not None and job["stage"] not in JOB_ENDED
 
 
-def adoption(status: TrialStatus, job: Mapping[str, Any] | None) -> Adoption:
-    """What a starting tuner does with a trial of `status` whose job record is `job`."""
+def adoption(status: TrialStatus, job: Mapping[str, Any] | None, paused_because: str = "") -> Adoption:
+    """What a starting tuner does with a trial of `status` whose job record is `job` (a
+    PAUSED one: why, `Trial.paused_because`; one that yielded its turn keeps waiting)."""
     live = job_runs(job)
     if status == TrialStatus.RUNNING and not live:
         if job is not None and job["stage"] == JobStage.FINISHED:
@@ -42,6 +43,6 @@ def adoption(status: TrialStatus, job: Mapping[str, Any] | None) -> Adoption:
         return Adoption.REQUEUE
     if status in (TrialStatus.PAUSED, TrialStatus.PENDING) and live and not job.get("stop_requested"):
         return Adoption.FOLLOW
-    if status == TrialStatus.PAUSED:
+    if status == TrialStatus.PAUSED and paused_because != PAUSED_TO_YIELD:
         return Adoption.RESUME
     return Adoption.KEEP

@@ -20,14 +20,16 @@ One loop, every POLL_S seconds (three coordinator calls: jobs, actors, nodes):
    loads that checkpoint and the explored hyperparameters at its next iteration
    boundary, its runners and learners stay up). The calls run beside the loop, moved
    on at every pass and woken by their answers, so a slow donor never delays what the
-   loop watches;
-4. PENDING trials start while the cluster has room (CPUs and GPUs of ALIVE nodes,
-   minus what other jobs use) and fewer than max_concurrent_trials run
-   (ftrl.tune.placement).
+   loop watches. While trials wait for room, a trial at a perturbation point (its
+   exploit done) yields its room to the waiting trial furthest behind it and shows
+   PAUSED until its turn (ftrl.tune.turns: a time-shared population);
+4. waiting trials start while the cluster has room (CPUs, GPUs and custom resources of
+   ALIVE nodes, minus what other jobs use) and fewer than max_concurrent_trials run
+   (ftrl.tune.placement; PBT: the one furthest behind in time_attr first).
 
 The experiment ends FINISHED when every trial is TERMINATED or ERROR; `stop()` stops
-every running trial with a checkpoint (PAUSED: `Tuner.restore` / `ftrl tune --resume`
-continues them) and ends it STOPPED. Imports no torch.
+every running trial with a checkpoint (PAUSED, "experiment stopped": `Tuner.restore` /
+`ftrl tune --resume` continues them) and ends it STOPPED. Imports no torch.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from ftrl.tune import schedulers as sched
 from ftrl.tune import trial_jobs
 from ftrl.tune.adoption import JOB_ENDED, Adoption, adoption
 from ftrl.tune.experiment import (
+    PAUSED_STOPPED,
+    PAUSED_TO_YIELD,
     TUNER_CLASS,
     ExperimentStatus,
     Trial,
@@ -61,6 +65,7 @@ from ftrl.tune.exploit import Exploits, driver_of
 from ftrl.tune.persistence import ExperimentStore
 from ftrl.tune.placement import free_resources, owner_of, start_order, to_start
 from ftrl.tune.preemption import LostNodeWatch, why_it_cannot_train
+from ftrl.tune.turns import yields
 from ftrl.util.run_dir import has_saved_state
 from ftrl.wire.errors import AlreadyExistsError, ConfigError, FtrlError
 
@@ -79,6 +84,7 @@ class StopCause(StrEnum):
     CRITERION = "stop"  # a stop criterion was reached: TERMINATED
     PAUSE = "pause"  # the experiment stops: PAUSED
     PREEMPT = "preempt"  # its node was lost: back to the queue (already PENDING)
+    YIELD = "yield"  # time-sharing: it yielded its turn (already PAUSED)
 
 
 class Followed(StrEnum):
@@ -127,11 +133,13 @@ class TuneController:
         self.mode: str = state["mode"]
         self.trials: dict[str, Trial] = {tid: Trial.from_dict(t) for tid, t in state["trials"].items()}
         saved = state.get("counters", {})  # PBT's own counts live in the PBT state
-        self.counters: dict[str, int] = {k: int(saved.get(k, 0)) for k in ("num_preemptions", "num_trial_failures")}
+        self.counters: dict[str, int] = {k: int(saved.get(k, 0))
+                                         for k in ("num_preemptions", "num_trial_failures", "num_pauses")}
         self._wake = threading.Event()  # set by stop() and by every answer of an exploit call
         self.exploits = self._population_exploits(state, set(spec.get("live_keys") or []))
         self.lost_nodes = LostNodeWatch()
         self._short_of: dict[str, set[str]] = {}  # trial id -> its actors stranded now (it trains on)
+        self._at_point: set[str] = set()  # running trials at a perturbation point: they may yield their turn
         self._stopping: dict[str, StopCause] = {}  # trial id -> why the tuner stopped its job
         self._stop = threading.Event()
         self._stop_cause: TunerStop | None = None
@@ -228,7 +236,10 @@ class TuneController:
         if self.exploits is not None:
             if fresh:
                 changed |= self.exploits.perturb(fresh)
+                self._note_perturbation_points()
             changed |= self.exploits.advance()
+            changed |= self._settle_paused(jobs)
+            changed |= self._take_turns(nodes, all_actors)
         changed |= self._place(nodes, all_actors, jobs)
         return changed
 
@@ -339,12 +350,95 @@ class TuneController:
             log.warning("tuner of %s: %s", self.name, e)
             return None
 
+    # ------------------------------------------------------------------ time-sharing (PBT)
+
+    def _times(self) -> dict[str, float] | None:
+        """Each trial's time_attr (the rotation order of a time-shared PBT population);
+        None with FIFO (its queue order stays)."""
+        if self.exploits is None:
+            return None
+        return {tid: m.time for tid, m in self.exploits.population.members.items()}
+
+    def _note_perturbation_points(self) -> None:
+        """The running trials PBT just decided for: at a perturbation point, they may yield."""
+        assert self.exploits is not None
+        for tid, member in self.exploits.population.members.items():
+            running = self.trials[tid].status == TrialStatus.RUNNING
+            if running and member.num_perturbations and member.last_perturbation_time == member.time:
+                self._at_point.add(tid)
+
+    def _take_turns(self, nodes: dict[str, dict[str, Any]], all_actors: list[dict[str, Any]]) -> bool:
+        """Time-sharing (ftrl.tune.turns): while trials wait for room, running trials at a
+        perturbation point (their exploit done) yield their room to those behind them."""
+        assert self.exploits is not None
+        self._at_point = {t for t in self._at_point if self.trials[t].status == TrialStatus.RUNNING}
+        waiting = start_order(self.trials.values(), self._times())
+        if not waiting:
+            self._at_point.clear()  # nobody waits: they run on to their next point
+            return False
+        ready = [self.trials[t] for t in self._at_point if t not in self.exploits.in_flight]
+        if not ready:
+            return False
+        self._at_point -= {t.trial_id for t in ready}  # each point is looked at once
+        running = [t for t in self.trials.values() if t.status == TrialStatus.RUNNING]
+        free = free_resources(nodes, all_actors, self.trials, running)
+        pairs = yields(ready, waiting, self._times() or {}, free)
+        for trial, behind in pairs:
+            self._yield(trial, behind)
+        return bool(pairs)
+
+    def _yield(self, trial: Trial, to: Trial) -> None:
+        """Stop `trial`'s job with a checkpoint; PAUSED, it waits for its turn (a donor
+        still, by its newest checkpoint; never a target)."""
+        assert self.exploits is not None
+        tid = trial.trial_id
+        members = self.exploits.population.members
+        log.info("trial %s yields its turn at %s=%g to %s (at %g)", tid, self.exploits.pbt.time_attr,
+                 members[tid].time, to.trial_id, members[to.trial_id].time)
+        self._stopping[tid] = StopCause.YIELD
+        self._call(lambda: self.client.stop(tid, reason=f"paused: yields its turn to {to.trial_id}"))
+        trial.status, trial.paused_because = TrialStatus.PAUSED, PAUSED_TO_YIELD
+        trial.num_pauses += 1
+        self.counters["num_pauses"] += 1
+        trial.queued_at = time.time()
+        self._member_dead(tid)
+        members[tid].paused = True
+        self.lost_nodes.forget(tid)
+        self._short_of.pop(tid, None)
+
+    def _settle_paused(self, jobs: dict[str, dict[str, Any]]) -> bool:
+        """A trial that yielded its turn, once its job ended: its last row and final
+        checkpoint (what it donates while it waits)."""
+        assert self.exploits is not None
+        changed = False
+        for tid, cause in list(self._stopping.items()):
+            job = jobs.get(tid)
+            trial = self.trials[tid]
+            if cause != StopCause.YIELD or trial.status != TrialStatus.PAUSED:
+                continue
+            if job is not None and job["stage"] not in JOB_ENDED:
+                continue
+            del self._stopping[tid]
+            changed = True
+            if job is None:
+                continue
+            row = job.get("metrics") or {}
+            if isinstance(row, dict) and row.get("iteration", 0) > trial.last_result.get("iteration", 0):
+                self._take_row(trial, row)
+                self._member_dead(tid)
+                self.exploits.population.members[tid].paused = True
+            if job.get("last_checkpoint"):
+                member = self.exploits.population.members[tid]
+                trial.last_checkpoint = {"path": str(job["last_checkpoint"]), "iteration": job.get("iteration"),
+                                         "time": member.time, "saved_at": time.time()}
+        return changed
+
     # ------------------------------------------------------------------ placing trials
 
     def _place(self, nodes: dict[str, dict[str, Any]], all_actors: list[dict[str, Any]],
                jobs: dict[str, dict[str, Any]]) -> bool:
         """Start PENDING trials (those that ran before first) while they fit."""
-        queue = start_order(self.trials.values())
+        queue = start_order(self.trials.values(), self._times())
         if not queue:
             return False
         running = [t for t in self.trials.values() if t.status == TrialStatus.RUNNING]
@@ -379,10 +473,11 @@ class TuneController:
                 return False
             log.info("trial %s started%s with %s", tid, " (resuming)" if resume else "", trial.config)
         self._stopping.pop(tid, None)
-        trial.status = TrialStatus.RUNNING
+        trial.status, trial.paused_because = TrialStatus.RUNNING, ""
         trial.started_at = trial.started_at or time.time()
         if self.exploits is not None:
-            self.exploits.population.members[tid].alive = True
+            member = self.exploits.population.members[tid]
+            member.alive, member.paused = True, False
         return True
 
     # ------------------------------------------------------------------ start and end
@@ -393,15 +488,19 @@ class TuneController:
         exploit whose target still runs is made again."""
         jobs = {j["job_id"]: j for j in self.client.jobs()}
         for trial in self.trials.values():
-            action = adoption(trial.status, jobs.get(trial.trial_id))
+            action = adoption(trial.status, jobs.get(trial.trial_id), trial.paused_because)
             if action == Adoption.TERMINATED:
                 trial.status = TrialStatus.TERMINATED
             elif action == Adoption.REQUEUE:
                 self._requeue(trial, "its job is not running after a restart", preempted=False)
             elif action == Adoption.FOLLOW:
-                trial.status = TrialStatus.RUNNING  # a job left running by an earlier incarnation
+                trial.status, trial.paused_because = TrialStatus.RUNNING, ""  # left running by an earlier incarnation
             elif action == Adoption.RESUME:
-                trial.status = TrialStatus.PENDING
+                trial.status, trial.paused_because = TrialStatus.PENDING, ""
+            elif trial.status == TrialStatus.PAUSED and trial.paused_because == PAUSED_TO_YIELD:
+                self._stopping[trial.trial_id] = StopCause.YIELD  # its last row and checkpoint are taken
+                if self.exploits is not None:
+                    self.exploits.population.members[trial.trial_id].paused = True
         if self.exploits is not None:
             self.exploits.reissue()
 
@@ -416,7 +515,7 @@ class TuneController:
             if info is not None and info.get("stage") == JobStage.FINISHED:
                 trial.status = TrialStatus.TERMINATED
             else:
-                trial.status = TrialStatus.PAUSED
+                trial.status, trial.paused_because = TrialStatus.PAUSED, PAUSED_STOPPED
             if info is not None and isinstance(info.get("metrics"), dict) and info["metrics"].get("iteration"):
                 self._take_row(trial, info["metrics"])
 
@@ -430,12 +529,13 @@ class TuneController:
                 "trials": {tid: {"status": t.status, "config": t.config, "last_result": t.last_result,
                                  "best_metric": t.best_metric, "num_exploits": t.num_exploits,
                                  "num_failures": t.num_failures, "num_preemptions": t.num_preemptions,
+                                 "num_pauses": t.num_pauses, "paused_because": t.paused_because,
                                  "error": t.error, "node": t.node}
                            for tid, t in self.trials.items()},
                 "done": self.store.closed}
 
     def all_counters(self) -> dict[str, int]:
-        """Pre-emptions and trial failures, and PBT's perturbations, exploits and skips."""
+        """Pre-emptions, trial failures and pauses, and PBT's perturbations, exploits and skips."""
         out = dict(self.counters)
         pbt = self.exploits.population if self.exploits is not None else None
         out.update(num_perturbations=pbt.num_perturbations if pbt else 0, num_exploits=pbt.num_exploits if pbt else 0,

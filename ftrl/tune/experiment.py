@@ -10,9 +10,10 @@ people).
                               checkpoints/, result.json) and pinned/ (donor checkpoints kept)
 
 Trial statuses (`TrialStatus`) are Ray Tune's: PENDING (waiting for room; a pre-empted or
-failed trial waits at the front of the queue), RUNNING, PAUSED (the experiment was stopped;
-resumes with it), TERMINATED (reached a stop criterion), ERROR (failed more than
-max_failures). The experiment's own status is an `ExperimentStatus`. Both are `StrEnum`s:
+failed trial waits at the front of the queue), RUNNING, PAUSED (`Trial.paused_because`:
+it yielded its room to a trial behind it in a time-shared PBT population, and waits for
+its turn; or the experiment was stopped, and it resumes with it), TERMINATED (reached a
+stop criterion), ERROR (failed more than max_failures). The experiment's own status is an `ExperimentStatus`. Both are `StrEnum`s:
 experiment.json holds their values, the same strings as ever. Imports no torch.
 """
 
@@ -51,7 +52,7 @@ class TrialStatus(StrEnum):
 
     PENDING = "PENDING"  # waiting for room (a pre-empted or failed one at the front of the queue)
     RUNNING = "RUNNING"  # its job was submitted (or is followed) on the cluster
-    PAUSED = "PAUSED"  # the experiment was stopped with a checkpoint of it; a resume goes on
+    PAUSED = "PAUSED"  # stopped with a checkpoint: yielded its turn, or the experiment was stopped
     TERMINATED = "TERMINATED"  # a stop criterion ended it
     ERROR = "ERROR"  # failed more than max_failures times, or its config does not start
 
@@ -76,6 +77,11 @@ class ExperimentStatus(StrEnum):
         """Whether the experiment has ended (nothing runs for it any more)."""
         return self in FINAL_EXPERIMENT_STATUSES
 
+
+#: `Trial.paused_because`: it yielded its room to a trial behind it (PBT time-sharing)
+PAUSED_TO_YIELD = "yielded its turn"
+#: `Trial.paused_because`: the experiment was stopped (`Tuner.restore` resumes it)
+PAUSED_STOPPED = "experiment stopped"
 
 FINAL_EXPERIMENT_STATUSES = frozenset({ExperimentStatus.FINISHED, ExperimentStatus.STOPPED, ExperimentStatus.FAILED})
 
@@ -114,6 +120,8 @@ class Trial:
     num_exploits: int = 0
     num_failures: int = 0
     num_preemptions: int = 0
+    num_pauses: int = 0  # turns yielded to trials behind it (time-sharing)
+    paused_because: str = ""  # PAUSED: PAUSED_TO_YIELD or PAUSED_STOPPED
     error: str = ""
     node: str = ""
     queued_at: float = field(default_factory=time.time)  # the queue is ordered by this

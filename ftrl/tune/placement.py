@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from ftrl.coordinator.records import ActorState, NodeState
-from ftrl.tune.experiment import Trial, TrialStatus
+from ftrl.tune.experiment import PAUSED_TO_YIELD, Trial, TrialStatus
 
 #: The resource kinds every room has (0 when no node offers them).
 RESOURCE_KINDS = ("cpu", "gpu")
@@ -28,11 +28,17 @@ def trial_resources(trial: Trial) -> dict[str, float]:
     return dict(trial.resources or {"cpu": 1.0})
 
 
-def start_order(trials: Iterable[Trial]) -> list[Trial]:
-    """The PENDING trials in the order they start: those that ran before first, then by
-    when they were queued, then by index."""
-    pending = (t for t in trials if t.status == TrialStatus.PENDING)
-    return sorted(pending, key=lambda t: (t.started_at is None, t.queued_at, t.index))
+def start_order(trials: Iterable[Trial], times: Mapping[str, float] | None = None) -> list[Trial]:
+    """The waiting trials in the order they start. FIFO (`times` None): the PENDING ones,
+    those that ran before first, then by when they were queued, then by index. A
+    time-shared PBT population (`times`: each trial's time_attr): the PENDING ones and those
+    PAUSED to yield their turn, the one furthest behind first (Tune's rule), then as FIFO."""
+    if times is None:
+        pending = (t for t in trials if t.status == TrialStatus.PENDING)
+        return sorted(pending, key=lambda t: (t.started_at is None, t.queued_at, t.index))
+    waiting = (t for t in trials if t.status == TrialStatus.PENDING
+               or (t.status == TrialStatus.PAUSED and t.paused_because == PAUSED_TO_YIELD))
+    return sorted(waiting, key=lambda t: (times.get(t.trial_id, 0.0), t.started_at is None, t.queued_at, t.index))
 
 
 def owner_of(actor_name: str) -> str:

@@ -217,6 +217,7 @@ def experiment_summary(
             "donated": donors[tid] if lineage is not None else None,
             "failures": _int(t.get("num_failures")) or 0,
             "preemptions": _int(t.get("num_preemptions")) or 0,
+            "pauses": _int(t.get("num_pauses")) or 0,
             "node": str(t.get("node") or ""),
             "error": str(t.get("error") or ""),
         })
@@ -245,6 +246,7 @@ def experiment_summary(
             "num_donor_skips": _int(counters.get("num_donor_skips")) or 0,
             "num_preemptions": _int(counters.get("num_preemptions")) or 0,
             "num_trial_failures": _int(counters.get("num_trial_failures")) or 0,
+            "num_pauses": _int(counters.get("num_pauses")) or 0,
         },
         "started_at": started,
         "updated_at": updated,
@@ -329,7 +331,7 @@ def population_table(
 
     A header line (name, status, scheduler, counters, elapsed), a table with one row per trial
     (trial, status, iter, env steps, the metric's last value, best, the tuned hyperparameters'
-    current values, clones, donated, failures, preemptions), then the best trial and any
+    current values, clones, donated, failures, preemptions, pauses), then the best trial and any
     trial errors."""
     s = experiment_summary(experiment, lineage, now=now)
     c = s["counters"]
@@ -341,7 +343,7 @@ def population_table(
     info = (
         f"exploits={c['num_exploits']}  donor_skips={c['num_donor_skips']}  "
         f"preemptions={c['num_preemptions']}  trial_failures={c['num_trial_failures']}  "
-        f"elapsed={fmt_duration(s['elapsed_s'])}"
+        f"pauses={c['num_pauses']}  elapsed={fmt_duration(s['elapsed_s'])}"
     )
     if s["since_update_s"] is not None:
         info += f"  (updated {fmt_duration(s['since_update_s'])} ago)"
@@ -349,7 +351,7 @@ def population_table(
 
     keys = s["param_keys"]
     headers = ["trial", "status", "iter", "env steps", s["metric"] or "metric", "best", *keys,
-               "clones", "donated", "failures", "preempt"]
+               "clones", "donated", "failures", "preempt", "pauses"]
     right = set(range(2, len(headers)))  # numbers right-aligned
     body = []
     for r in s["trials"]:
@@ -365,6 +367,7 @@ def population_table(
             "-" if r["donated"] is None else str(r["donated"]),
             str(r["failures"]),
             str(r["preemptions"]),
+            str(r["pauses"]),
         ])
     lines += _render(headers, body, right)
     if not body:

@@ -263,8 +263,9 @@ class Member:
     """What PBT knows of one trial.
 
     `score` is the newest value of the metric (None until one is reported), `time` the
-    `time_attr` value of the newest result, and `alive` whether it runs now (only alive
-    members are ranked, so only they are targets or donors).
+    `time_attr` value of the newest result, `alive` whether it runs now and `paused`
+    whether it waits for its turn in a time-shared population. Alive and paused members
+    are ranked; only alive ones are targets (a paused one donates its newest checkpoint).
     """
 
     trial_id: str
@@ -272,6 +273,7 @@ class Member:
     time: float = 0.0
     last_perturbation_time: float = 0.0
     alive: bool = True
+    paused: bool = False
     config: dict[str, Any] = field(default_factory=dict)
     num_perturbations: int = 0
     num_exploits: int = 0
@@ -311,13 +313,13 @@ def quantiles(
 ) -> tuple[list[str], list[str]]:
     """(bottom, top) trial ids: bottom worst first, top best first.
 
-    Only alive members with a score count. Each quantile has ceil(n * quantile_fraction)
+    Only alive or paused members with a score count. Each quantile has ceil(n * quantile_fraction)
     members, at most n // 2; fewer than 2 scored members give ([], []). Mode "min" ranks
     low scores best; equal scores rank by trial_id.
     """
     if pbt.mode not in ("max", "min"):
         raise ConfigError(f"PBT needs mode 'max' or 'min' to rank trials, got {pbt.mode!r}")
-    scored = [m for m in _members(members) if m.alive and m.scored]
+    scored = [m for m in _members(members) if (m.alive or m.paused) and m.scored]
     n = len(scored)
     if n < 2:
         return [], []
@@ -370,9 +372,10 @@ def explore(config: Mapping[str, Any], pbt: PopulationBasedTraining,
 
 def donor_candidates(target_id: str, members: Iterable[Member] | Mapping[str, Member],
                      pbt: PopulationBasedTraining, rng: random.Random) -> list[str]:
-    """The top-quantile ids, shuffled with `rng`, if the target is in the bottom; else []."""
+    """The top-quantile ids, shuffled with `rng`, if the target (alive) is in the bottom; else []."""
     bottom, top = quantiles(members, pbt)
-    if target_id not in bottom:
+    target = {m.trial_id: m for m in _members(members)}.get(target_id)
+    if target_id not in bottom or target is None or not target.alive:
         return []
     candidates = [t for t in top if t != target_id]
     rng.shuffle(candidates)
@@ -402,7 +405,8 @@ def checkpoint_usable(checkpoint: Mapping[str, Any] | None, donor: Member,
 
 def synch_ready(members: Iterable[Member] | Mapping[str, Member],
                 pbt: PopulationBasedTraining) -> bool:
-    """Whether every alive member is due (dead ones never block); False with none alive."""
+    """Whether every alive (running) member is due (dead and paused ones never block);
+    False with none alive."""
     alive = [m for m in _members(members) if m.alive]
     return bool(alive) and all(ready(m, pbt) for m in alive)
 
@@ -448,7 +452,7 @@ class PBTState:
         member = self.members.get(trial_id)
         if member is None:
             member = self.members[trial_id] = Member(trial_id)
-        member.score, member.time, member.alive = score, time, True
+        member.score, member.time, member.alive, member.paused = score, time, True, False
         if config is not None:
             member.config = copy.deepcopy(dict(config))
         return member

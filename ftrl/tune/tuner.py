@@ -399,7 +399,8 @@ def progress_line(status: dict[str, Any]) -> str:
     c = status.get("counters", {})
     parts = [f"{status.get('name')}: {status.get('status')}", " ".join(f"{k} {v}" for k, v in sorted(counts.items())),
              f"exploits {c.get('num_exploits', 0)} skips {c.get('num_donor_skips', 0)} "
-             f"pre-emptions {c.get('num_preemptions', 0)} failures {c.get('num_trial_failures', 0)}"]
+             f"pre-emptions {c.get('num_preemptions', 0)} failures {c.get('num_trial_failures', 0)} "
+             f"pauses {c.get('num_pauses', 0)}"]
     if best is not None:
         parts.append(f"best {best[0]} {best[1]:.1f}")
     return " | ".join(parts)

@@ -20,6 +20,9 @@ def job(stage: str, stop_requested: bool = False) -> dict:
     (S.RUNNING, job("FAILED"), Adoption.REQUEUE),
     (S.RUNNING, None, Adoption.REQUEUE),  # the coordinator lost it
     (S.PAUSED, None, Adoption.RESUME),
+    ((S.PAUSED, "yielded its turn"), job("STOPPED"), Adoption.KEEP),  # it waits for its turn, as it did
+    ((S.PAUSED, "yielded its turn"), job("RUNNING", stop_requested=True), Adoption.KEEP),
+    ((S.PAUSED, "experiment stopped"), job("STOPPED"), Adoption.RESUME),
     (S.PAUSED, job("STOPPED"), Adoption.RESUME),
     (S.PAUSED, job("RUNNING"), Adoption.FOLLOW),  # left running by an earlier incarnation
     (S.PAUSED, job("RUNNING", stop_requested=True), Adoption.RESUME),  # still stopping: wait in the queue
@@ -30,7 +33,8 @@ def job(stage: str, stop_requested: bool = False) -> dict:
     (S.ERROR, job("FAILED"), Adoption.KEEP),
 ])
 def test_adoption(status, record, expected):
-    assert adoption(status, record) == expected
+    status, why = status if isinstance(status, tuple) else (status, "")
+    assert adoption(status, record, why) == expected
 
 
 def test_job_runs():

@@ -309,3 +309,54 @@ def test_a_restarted_tuner_follows_running_jobs_and_makes_a_saved_decision_again
         assert read_state(expdir)["trials"]["exp-1"]["config"] == {"lr": 3e-3}
     finally:
         end(tuner)
+
+
+def test_a_population_larger_than_the_cluster_takes_turns(tmp_path, no_exit):
+    """4 PBT members on room for 2 (Tune's time-sharing): a trial at its perturbation point
+    yields its room to the waiting trial furthest behind it and shows PAUSED; its turn comes
+    back once the others caught up; every member advances."""
+    cluster = FakeCluster(cpus=4.0)
+    drivers(cluster, tmp_path)
+    expdir = experiment(tmp_path, 4, cpu=2.0, scheduler=PBT, stop={"iteration": 6})
+    tuner = TuneController(str(expdir), client=cluster)
+
+    def submits(tid: str) -> int:
+        return [j for j, _ in cluster.submitted].count(tid)
+
+    try:
+        wait_until(lambda: submits("exp-0") == 1 and submits("exp-1") == 1, what="two trials running")
+        assert submits("exp-2") == submits("exp-3") == 0
+        cluster.report("exp-1", iteration=1, score=2.0)
+        cluster.report("exp-0", iteration=2, score=1.0)  # its perturbation point: cloned, then it yields
+        wait_until(lambda: trial_status(expdir, "exp-0") == "PAUSED", what="exp-0 PAUSED")
+        assert ("exp-0", "paused: yields its turn to exp-2") in cluster.stopped
+        wait_until(lambda: submits("exp-2") == 1, what="exp-2 started in exp-0's room")
+        trial = read_state(expdir)["trials"]["exp-0"]
+        assert trial["paused_because"] == "yielded its turn" and trial["num_pauses"] == 1
+        assert trial["num_exploits"] == 1  # the exploit was done before it yielded
+        cluster.report("exp-1", iteration=2, score=2.0)
+        wait_until(lambda: submits("exp-3") == 1, what="exp-3 started in exp-1's room")
+        # the newcomers reach the others' time (2): nobody behind them waits, they run on
+        cluster.report("exp-2", iteration=2, score=0.5)
+        cluster.report("exp-3", iteration=2, score=0.7)
+        time.sleep(0.6)
+        assert submits("exp-0") == submits("exp-1") == 1
+        status = tuner.status()
+        assert status["trials"]["exp-2"]["status"] == status["trials"]["exp-3"]["status"] == "RUNNING"
+        # at their next point the paused ones (behind, at 2) get their turn back, resuming
+        cluster.report("exp-2", iteration=4, score=0.5)
+        cluster.report("exp-3", iteration=4, score=0.7)
+        wait_until(lambda: submits("exp-0") == 2 and submits("exp-1") == 2, what="exp-0 and exp-1 resumed")
+        wait_until(lambda: {t: s for t, s in ((t, trial_status(expdir, t)) for t in ("exp-2", "exp-3"))}
+                   == {"exp-2": "PAUSED", "exp-3": "PAUSED"}, what="exp-2 and exp-3 PAUSED")
+        state = read_state(expdir)
+        assert state["counters"]["num_pauses"] == 4 and state["counters"]["num_preemptions"] == 0
+        times = {tid: m["time"] for tid, m in state["pbt"]["members"].items()}
+        assert max(times.values()) - min(times.values()) <= 2  # within one perturbation interval
+        assert state["pbt"]["members"]["exp-2"]["paused"] and not state["pbt"]["members"]["exp-0"]["paused"]
+    finally:
+        end(tuner)
+    # the experiment stopped: the running ones PAUSED because of it, the waiting ones still waiting
+    trials = read_state(expdir)["trials"]
+    assert trials["exp-0"]["paused_because"] == "experiment stopped"
+    assert trials["exp-2"]["paused_because"] == "yielded its turn"

@@ -268,6 +268,20 @@ def test_quantiles_skip_dead_and_unscored():
     assert quantiles([], pbt()) == ([], [])
 
 
+def test_a_paused_member_is_ranked_and_donates_but_is_never_a_target_nor_blocks_the_barrier():
+    members = _pop([1.0, 3.0])
+    members.append(Member("paused", score=9.0, alive=False, paused=True))
+    members.append(Member("paused_low", score=0.0, alive=False, paused=True))
+    half = pbt(quantile_fraction=0.5)
+    assert quantiles(members, half) == (["paused_low", "t0"], ["paused", "t1"])
+    assert donor_candidates("paused_low", members, half, random.Random(0)) == []  # never a target
+    assert set(donor_candidates("t0", members, half, random.Random(0))) == {"paused", "t1"}
+    due = pbt(perturbation_interval=1)
+    for m in members[:2]:
+        m.time = 5.0
+    assert synch_ready(members, due)  # the paused ones (time 0) do not hold the barrier
+
+
 def test_quantiles_need_a_mode():
     with pytest.raises(ConfigError, match="PBT needs mode 'max' or 'min'"):
         quantiles(_pop([1.0, 2.0]), pbt(mode=None))

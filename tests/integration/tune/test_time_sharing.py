@@ -1,0 +1,71 @@
+"""A PBT population larger than the cluster, on real processes: 4 members (one runner
+each) on room for 2. Members take turns at their perturbation points (PAUSED seen, Tune's
+rule), every member reaches its stop, no member falls more than about an interval behind,
+and a paused member's iterations go on from its checkpoint (no gap, no repeat)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import ftrl
+from ftrl import tune
+from tests.cluster import wait_until
+from tests.integration.tune.test_tune import rows, small_ppo
+
+INTERVAL = 4
+STOP = 12
+
+
+def test_four_members_on_room_for_two_take_turns(make_cluster, tmp_path):
+    cluster = make_cluster(workers=1, slots=2)
+    client = cluster.client()
+    out: dict = {}
+    tuner = ftrl.Tuner(
+        small_ppo(runners=1, batch=256).checkpointing(checkpoint_interval=2),
+        param_space={"lr": tune.grid_search([1e-3, 2e-3, 3e-3, 5e-4])},
+        tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
+            time_attr="training_iteration", perturbation_interval=INTERVAL, quantile_fraction=0.25,
+            hyperparam_mutations={"lr": [5e-4, 1e-3, 2e-3, 3e-3]})),
+        run_config=ftrl.RunConfig(name="turns", storage_path=str(tmp_path), stop={"training_iteration": STOP},
+                                  verbose=0),
+        client=client)
+    runner = threading.Thread(target=lambda: out.setdefault("results", tuner.fit()), daemon=True)
+    runner.start()
+    expfile = tmp_path / "turns" / "experiment.json"
+    seen_paused: set[str] = set()
+    widest = 0.0
+    deadline = time.monotonic() + 300
+    while runner.is_alive() and time.monotonic() < deadline:
+        try:
+            state = json.loads(expfile.read_text())
+        except (OSError, ValueError):
+            time.sleep(0.1)
+            continue
+        trials = state["trials"]
+        seen_paused |= {t for t, v in trials.items() if v["status"] == "PAUSED"}
+        running = sum(v["status"] == "RUNNING" for v in trials.values())
+        assert running <= 2
+        members = state.get("pbt", {}).get("members", {})
+        open_times = [m["time"] for t, m in members.items() if trials[t]["status"] != "TERMINATED"]
+        if len(open_times) == 4:
+            widest = max(widest, max(open_times) - min(open_times))
+        time.sleep(0.1)
+    runner.join(5)
+    assert not runner.is_alive(), "the experiment did not finish"
+    results = out["results"]
+    assert results.status == "FINISHED" and results.num_terminated == 4
+    assert len(seen_paused) >= 2  # members yielded their turns
+    assert widest <= 2 * INTERVAL  # about an interval apart, never a member left far behind
+    state = json.loads(expfile.read_text())
+    assert state["counters"]["num_pauses"] >= 2 and state["counters"]["num_preemptions"] == 0
+    assert state["counters"]["num_trial_failures"] == 0
+    for tid in state["trials"]:
+        its_rows = rows(tmp_path / "turns" / tid)
+        assert [r["iteration"] for r in its_rows] == list(range(1, STOP + 1)), tid  # no gap, no repeat
+    paused = [t for t, v in state["trials"].items() if v["num_pauses"] > 0]
+    assert paused and all(json.loads((tmp_path / "turns" / t / "result.json").read_text())["restored_from"]
+                          for t in paused)
+    wait_until(lambda: not [a for a in client.actors() if a["name"].startswith("turns-") and a["state"] != "DEAD"],
+               timeout=30, what="every trial's actors gone")
