@@ -22,7 +22,7 @@ from ftrl.config.fields import check_value, describe_section, field_doc, fields_
 from ftrl.config.impala import IMPALAConfig, IMPALATrainingConfig
 from ftrl.config.jobs import JobSpec, StopCriteria, build_job, describe, load_job, parse_overrides
 from ftrl.config.keys import LIVE, NEVER, Change, KeyFacts, Part, config_facts, mesh_keys, rebuild
-from ftrl.config.live import check_live, check_live_keys, live_keys
+from ftrl.config.live import check_live, check_live_keys, live_keys, mutable_keys
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
 from ftrl.config.registry import ALGORITHMS, config_class, config_from_dict
 from ftrl.config.sections import (
@@ -47,5 +47,5 @@ __all__ = [
     "NEVER", "PPOConfig", "PPOTrainingConfig", "Part", "ReportingConfig", "StopCriteria", "TrainingConfig",
     "build_job", "check_learner_gpus", "check_live", "check_live_keys", "check_value", "config_class",
     "config_facts", "config_from_dict", "describe", "describe_section", "field_doc", "fields_of", "live_keys",
-    "load_job", "mesh_keys", "option", "parse_overrides", "rebuild",
+    "load_job", "mesh_keys", "mutable_keys", "option", "parse_overrides", "rebuild",
 ]

@@ -6,10 +6,12 @@ A key's facts (`KeyFacts`):
 
 - `change`: how it may change while a job trains. `LIVE`: read at every update, so it
   changes in place (PBT's exploit, `ftrl.config.live_keys`). `rebuild(Part...)`: read
-  once, when the named parts are built, so it changes by rebuilding them (declared now;
-  nothing rebuilds yet, and nothing treats such a key as live). `NEVER`: fixed for a
-  trial (the algorithm, the env, the model's shape, the optimizer's type, the observation
-  filter's kind). A key that declares nothing is `NEVER`.
+  once, when the named parts are built, so it changes by rebuilding them; an exploit
+  rebuilds the parts in `REBUILT_IN_PLACE` (the driver's own parts, the learner thread,
+  the runners' fragment length), so such a key changes by an exploit too
+  (`ftrl.config.mutable_keys`). `NEVER`: fixed for a trial (the algorithm, the env, the
+  model's shape, the optimizer's type, the observation filter's kind). A key that
+  declares nothing is `NEVER`.
 - `mesh`: whether the learners of one mesh must agree on it (hashed into the config hash
   the coordinator's rendezvous compares on join). Every key of the training section must,
   unless it says `mesh=False` (a section sets its default with `mesh_by_default`); a key
@@ -60,6 +62,7 @@ class Part(StrEnum):
     LEARNERS = "learners"  # the learners (model, loss settings); weights and optimizer state carried over
     LEARNER_MESH = "learner_mesh"  # the learner actors: how many, their resources, the mesh's timeouts
     LEARNER_THREAD = "learner_thread"  # the driver's asynchronous learner thread and its queue (IMPALA, APPO)
+    FRAGMENTS = "fragments"  # the runners' fragment length (each runner takes a new one in place)
     ENV_RUNNERS = "env_runners"  # the sampling runners, their sub-envs, and the driver's group of them
     EVAL_RUNNERS = "evaluation_runners"  # the evaluation runners and their group
     DRIVER = "driver"  # the driver's own loop: its cadences, windows and checkpoint manager
@@ -89,6 +92,9 @@ class Mutability:
 LIVE = Mutability(Change.LIVE)
 #: fixed for a trial
 NEVER = Mutability(Change.NEVER)
+#: The parts an exploit rebuilds in place (ftrl.rl.driver.rebuild), in the same processes:
+#: a `rebuild` key naming only these changes by an exploit as a live key does.
+REBUILT_IN_PLACE = frozenset({Part.DRIVER, Part.LEARNER_THREAD, Part.FRAGMENTS})
 
 
 def rebuild(*parts: Part) -> Mutability:
@@ -108,6 +114,11 @@ class KeyFacts:
     @property
     def live(self) -> bool:
         return self.change.kind is Change.LIVE
+
+    @property
+    def mutable(self) -> bool:
+        """Whether an exploit can change it: live, or rebuilt in place (`REBUILT_IN_PLACE`)."""
+        return self.live or (self.change.kind is Change.REBUILD and self.change.parts <= REBUILT_IN_PLACE)
 
     def summary(self) -> str:
         """A few words for `python -m ftrl.config`: "live, mesh", "never, mesh, fixed on resume"."""
@@ -184,6 +195,11 @@ def config_facts(config_cls: ConfigClass) -> dict[str, KeyFacts]:
 def live_keys_of(config_cls: ConfigClass) -> frozenset[str]:
     """The keys of a config class that change in place (declared `LIVE`)."""
     return frozenset(key for key, facts in config_facts(config_cls).items() if facts.live)
+
+
+def mutable_keys_of(config_cls: ConfigClass) -> frozenset[str]:
+    """The keys of a config class an exploit can change: live, or rebuilt in place."""
+    return frozenset(key for key, facts in config_facts(config_cls).items() if facts.mutable)
 
 
 def schedules_of(section_cls: type) -> dict[str, str]:

@@ -137,7 +137,7 @@ class EnvRunnersConfig:
     rollout_fragment_length: Union[int, str] = option(
         "auto",
         'steps per sub-env per sample() ("auto": the fragments of a round add up to train_batch_size)',
-        check=_fragment_length, change=_RUNNERS,
+        check=_fragment_length, change=rebuild(Part.FRAGMENTS),
     )
     remote_worker_envs: bool = option(
         False, "run each sub-env in its own child process (a crash or hang kills only that sub-env)",
@@ -245,7 +245,9 @@ class TrainingConfig:
     train_batch_size: int = option(
         4000, "env steps per training iteration, at least (every fragment a round asked for is used)",
         check=positive_int, mesh=False,  # the driver's: it batches and splits; a learner gets its shard
-        change=rebuild(Part.ENV_RUNNERS, Part.DRIVER),  # "auto" fragment lengths derive from it
+        # the driver's round (PPO) or the learner thread's batches (IMPALA, APPO); "auto"
+        # fragment lengths derive from it
+        change=rebuild(Part.DRIVER, Part.LEARNER_THREAD, Part.FRAGMENTS),
     )
     grad_clip: float | None = option(
         0.5, "max global gradient norm (None: no clip)", check=positive_float, change=LIVE

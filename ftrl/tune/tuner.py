@@ -185,7 +185,7 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
                      run_config: RunConfig) -> dict[str, Any]:
     """The experiment's first state (experiment.json), every input checked first."""
     from ftrl.client.jobs import job_spec, job_to_dict
-    from ftrl.config.live import check_live, check_live_keys, live_keys
+    from ftrl.config.live import check_live, check_live_keys, mutable_keys
 
     spec = job_spec(config)
     base = spec.config
@@ -201,7 +201,7 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
     mode = tune_config.mode or getattr(scheduler, "mode", None) or "max"
     if mode not in ("max", "min"):
         raise ConfigError(f"mode must be 'max' or 'min', got {mode!r}")
-    live = sorted(live_keys(algo))
+    live = sorted(mutable_keys(algo))  # what an exploit may send
     if isinstance(scheduler, sched.PopulationBasedTraining):
         # a copy (the caller's object is left as it is); a metric or mode that differs from
         # the TuneConfig's is refused
@@ -241,7 +241,8 @@ def build_experiment(config: Any, param_space: Mapping[str, Any] | None, tune_co
             cfg.validate()
             check_callbacks(cfg)
             if isinstance(scheduler, sched.PopulationBasedTraining):  # e.g. lr under an lr_schedule
-                check_live(cfg, {k: getattr(cfg.training_cfg, k) for k in scheduler.hyperparam_mutations})
+                held = cfg.to_dict()
+                check_live(cfg, {k: held[k] for k in scheduler.hyperparam_mutations})
         except ConfigError as e:
             raise ConfigError(f"trial {tid} ({variant}): {e}") from None
         trials[tid] = Trial(trial_id=tid, index=i, config=dict(variant), initial_config=dict(variant),

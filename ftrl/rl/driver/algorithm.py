@@ -52,7 +52,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ import torch
 
 from ftrl.config import AlgorithmConfig, StopCriteria, check_live
 from ftrl.rl.driver import exploit as algo_exploit
-from ftrl.rl.driver import run_loop
+from ftrl.rl.driver import rebuild, run_loop
 from ftrl.rl.driver import state as algo_state
 from ftrl.rl.driver.actions import SingleActions
 from ftrl.rl.driver.boundary import BoundaryWork, RunEnded
@@ -534,7 +534,8 @@ class Algorithm:
         assert self.learner_access is not None
         info = algo_exploit.exploit(self.run_state, Path(checkpoint), hyperparams or {}, config=self.config,
                                     spec=self.spec, access=self.learner_access, learner_group=self.learner_group,
-                                    runners=self.runners, sync_weights=self.sync_weights, job_name=self.job_name)
+                                    runners=self.runners, sync_weights=self.sync_weights,
+                                    rebuild=self.rebuild_in_place, job_name=self.job_name)
         self.hooks.checkpoint_loaded(self)
         return info
 
@@ -546,7 +547,14 @@ class Algorithm:
         values = check_live(self.config, hyperparams)
         with self.learner_paused():
             self.set_checked_hyperparams(values)
+        self.rebuild_in_place(values)
         return values
+
+    def rebuild_in_place(self, keys: Iterable[str]) -> list[str]:
+        """Rebuild the parts that read the `rebuild` keys among `keys`, just changed on the
+        config (ftrl.rl.driver.rebuild); the names of the parts."""
+        return rebuild.rebuild_in_place(self.config, keys, run_state=self.run_state, output=self.output,
+                                        learner_access=self.learner_access, runners=self.runners)
 
     def set_checked_hyperparams(self, values: Mapping[str, Any]) -> None:
         """`apply_hyperparams` after its check (`check_live`), with the learner paused."""

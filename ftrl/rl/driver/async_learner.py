@@ -179,6 +179,19 @@ class AsyncLearner:
         if self._thread.is_alive():
             log.warning("the learner thread did not stop within %.0f s", timeout_s)
 
+    def reconfigure(self, *, queue_size: int, max_policy_lag: int, broadcast_interval: int,
+                    batch_env_steps: int) -> None:
+        """New settings in place, from the next batch on (an exploit changed them): the
+        queue holds at most `queue_size` batches (those queued stay, and a smaller queue
+        takes no more until it drains), the lag bound, the broadcast interval and the
+        batch size. The thread and the learner are the same."""
+        with self.lock, self.queue.mutex:
+            self.queue.maxsize = max(1, int(queue_size))
+            self.queue.not_full.notify_all()
+            self.max_policy_lag = self.stale_version_gap = int(max_policy_lag)
+            self.broadcast_interval = max(1, int(broadcast_interval))
+            self.batch_env_steps = int(batch_env_steps)
+
     # ------------------------------------------------------------------ the driver's side
 
     def add(self, fragment: dict[str, np.ndarray], version: int, env_steps: int) -> None:

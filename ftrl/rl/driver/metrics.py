@@ -35,6 +35,13 @@ class EpisodeWindow:
         self.custom: deque[dict[str, float]] = deque(maxlen=window)
         self.episodes_total = 0
 
+    def resize(self, window: int) -> None:
+        """Keep the last `window` episodes from now on (the newest of those held stay)."""
+        self.window = int(window)
+        self.returns = deque(self.returns, maxlen=self.window)
+        self.lengths = deque(self.lengths, maxlen=self.window)
+        self.custom = deque(self.custom, maxlen=self.window)
+
     def add(self, returns: Iterable[float], lengths: Iterable[int],
             custom: Mapping[str, Iterable[float]] | None = None) -> int:
         """Add finished episodes (`custom`: {name: a value per episode, NaN: not logged});
@@ -59,9 +66,11 @@ class EpisodeWindow:
         return custom_metric_stats(columns)
 
     def adopt(self, other: EpisodeWindow) -> None:
-        """The episodes of `other`'s window in place of this one's (PBT's exploit); this
-        run's episodes_total stays."""
-        self.returns, self.lengths, self.custom = other.returns, other.lengths, other.custom
+        """The episodes of `other`'s window in place of this one's (PBT's exploit), as many
+        of its newest as this window holds; this run's episodes_total stays."""
+        self.returns = deque(other.returns, maxlen=self.window)
+        self.lengths = deque(other.lengths, maxlen=self.window)
+        self.custom = deque(other.custom, maxlen=self.window)
 
     def stats(self) -> dict[str, Any]:
         if not self.returns:

@@ -62,6 +62,14 @@ class RunOutput:
         if self.tensorboard is not None:
             self.tensorboard.write_row(row)
 
+    def set_tensorboard(self, on: bool) -> None:
+        """Write TensorBoard events from the next row on, or stop writing them."""
+        if on and self.tensorboard is None:
+            self.tensorboard = TensorBoardLog(self.directory)
+        elif not on and self.tensorboard is not None:
+            board, self.tensorboard = self.tensorboard, None
+            board.close()
+
     def start_fresh(self) -> None:
         """A fresh run: iterations restart at 1, so an earlier run's rows, states and
         TensorBoard events go."""

@@ -86,6 +86,12 @@ class DriverRunners:
         if self.group is not None:
             self.group.sync_weights(version, weights, filter_state)
 
+    def set_fragment_length(self, steps: int) -> None:
+        """The training runners' fragment length from their next fragment on: the local
+        runner's now; a remote group's requests carry the config's (`EnvRunnerGroup`)."""
+        if self.local is not None:
+            self.local.set_fragment_length(steps)
+
     def sampling_version(self) -> int:
         """The weights version the training runners sample with (the group: the one it
         was sent last)."""

@@ -76,6 +76,7 @@ from ftrl.rl.sampling.vector_step import loop_name, select_step_envs, sq_sum
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 from ftrl.rl.weights import tree as weights_tree
 from ftrl.util.watchdog import ProgressWatchdog
+from ftrl.wire.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -407,8 +408,17 @@ class EnvRunner(SubEnvLifecycle):
             return "the sample in flight on the sample channel was not answered in time"
         return "the sample in flight was answered"
 
-    def sample(self, explore: bool | None = None) -> dict[str, Any]:
-        """Step every sub-env `rollout_fragment_length` times.
+    def set_fragment_length(self, steps: int) -> None:
+        """Steps per sub-env of every fragment from the next one on (an exploit changed
+        `rollout_fragment_length` or `train_batch_size`)."""
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise InvalidArgumentError(f"fragment_length must be a positive int, got {steps!r}")
+        with self._lock:
+            self.fragment_length = steps
+
+    def sample(self, explore: bool | None = None, fragment_length: int | None = None) -> dict[str, Any]:
+        """Step every sub-env `rollout_fragment_length` times (`fragment_length`: the
+        driver's current length, which this runner keeps from now on).
 
         Returns {"batch": fragment (see ftrl.rl.sample_batch), "episodes": {"returns",
         "lengths"} of episodes finished during this call (with callbacks that log custom
@@ -418,6 +428,8 @@ class EnvRunner(SubEnvLifecycle):
         callbacks also "callback_counts" (errors and dropped values during this call) and
         "sample_metrics" ({name: [value, reduce]} logged in `on_sample_end`).
         """
+        if fragment_length is not None and fragment_length != self.fragment_length:
+            self.set_fragment_length(fragment_length)
         with self._lock:
             t0 = time.perf_counter()
             restarts_before = self.num_sub_env_restarts
@@ -628,6 +640,7 @@ class EnvRunner(SubEnvLifecycle):
             "worker_index": self.worker_index,
             "pid": os.getpid(),
             "weights_version": self.weights_version,
+            "fragment_length": self.fragment_length,
             "num_dead_sub_envs": dead,
             "time": time.time(),
         }

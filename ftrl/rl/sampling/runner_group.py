@@ -164,12 +164,20 @@ class EnvRunnerGroup:
     def harvest(self, current_version: int | None = None, method: str = "sample", *,
                 request_steps: int | None = None, **kwargs: Any) -> Harvest:
         """Take every result that is done, resubmit at once (`SampleRounds.harvest`)."""
-        return self.sampling.harvest(current_version, method, request_steps=request_steps, **kwargs)
+        return self.sampling.harvest(current_version, method, request_steps=request_steps,
+                                     **self._sample_kwargs(method, kwargs))
 
     def sample(self, min_env_steps: int, current_version: int | None = None, method: str = "sample",
                top_up: bool = False, **kwargs: Any) -> SampleRound:
         """One synchronous round (`SampleRounds.sample`)."""
-        return self.sampling.sample(min_env_steps, current_version, method, top_up, **kwargs)
+        return self.sampling.sample(min_env_steps, current_version, method, top_up, **self._sample_kwargs(method, kwargs))
+
+    def _sample_kwargs(self, method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A training sample request carries the config's fragment length, so a runner
+        always samples what the driver asks now (an exploit may have changed it)."""
+        if method != "sample" or self.evaluation:
+            return kwargs
+        return {"fragment_length": self.config.get_rollout_fragment_length(), **kwargs}
 
     def wait_any(self, timeout_s: float) -> bool:
         """Wait up to `timeout_s` until a request or a recovery is done (`SampleRounds.wait_any`)."""

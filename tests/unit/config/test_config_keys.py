@@ -29,11 +29,18 @@ from ftrl.config import (
     describe,
     live_keys,
     mesh_keys,
+    mutable_keys,
     option,
     rebuild,
 )
 from ftrl.config.fields import check_schedule, non_negative_float, suggest
-from ftrl.config.keys import FACTS, Mutability, fixed_on_resume_keys, section_facts
+from ftrl.config.keys import (
+    FACTS,
+    REBUILT_IN_PLACE,
+    Mutability,
+    fixed_on_resume_keys,
+    section_facts,
+)
 from ftrl.rl.algorithms.ppo import PPOLearner
 from ftrl.rl.driver.state import check_resume_compatible
 from ftrl.rl.learning.learner_group import LearnerGroup
@@ -144,14 +151,21 @@ def test_live_keys_are_exactly_today_s():
 
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_no_rebuild_or_fixed_key_is_live(algo):
+def test_only_keys_an_exploit_can_change_are_mutable(algo):
     facts = config_facts(config_class(algo))
     not_live = {key for key, f in facts.items() if f.change.kind is not Change.LIVE}
     assert {key for key, f in facts.items() if f.change.kind is Change.REBUILD} <= not_live
     assert not live_keys(algo) & not_live
-    for key in sorted(not_live):
+    in_place = {key for key in not_live if facts[key].change.kind is Change.REBUILD
+                and facts[key].change.parts <= REBUILT_IN_PLACE}
+    assert mutable_keys(algo) == live_keys(algo) | in_place
+    assert {"train_batch_size", "rollout_fragment_length", "checkpoint_interval", "keep_checkpoints",
+            "metrics_num_episodes_for_smoothing"} <= in_place
+    check_live_keys(algo, sorted(in_place))  # an exploit rebuilds their parts in place
+    for key in sorted(not_live - in_place):
         with pytest.raises(ConfigError, match=rf"'{key}' cannot change while a {algo} job trains"):
             check_live_keys(algo, [key])
+    assert "num_envs_per_env_runner" not in mutable_keys(algo)  # the runners' processes: not yet
 
 
 def test_a_new_live_key_and_a_new_schedule_are_read_from_their_fields():
@@ -184,9 +198,9 @@ def test_why_a_key_cannot_change_is_said():
     with pytest.raises(ConfigError, match="'opt_type' cannot change while a IMPALA job trains: it is fixed for a "
                                           "trial"):
         check_live_keys("IMPALA", ["opt_type"])
-    with pytest.raises(ConfigError, match=r"'train_batch_size' cannot change .* when the driver and env_runners "
-                                          r"are built"):
-        check_live_keys("IMPALA", ["train_batch_size"])
+    with pytest.raises(ConfigError, match=r"'num_envs_per_env_runner' cannot change .* when the env_runners and "
+                                          r"evaluation_runners are built, and an exploit does not rebuild"):
+        check_live_keys("IMPALA", ["num_envs_per_env_runner"])
     with pytest.raises(ConfigError, match=r"'lr_schedul' cannot change .* no config key"):
         check_live_keys("PPO", ["lr_schedul"])
 

@@ -1,0 +1,64 @@
+"""Rebuild in place the parts of a running job that read a `rebuild` key
+(`ftrl.config.keys.REBUILT_IN_PLACE`), once an exploit (or a resume re-applying an
+exploit's keys) changed it on the config. Same processes and threads; only what reads
+the key takes its new value:
+
+- the driver's own parts (`Part.DRIVER`): the episode window's length
+  (`metrics_num_episodes_for_smoothing`; its newest episodes kept), how many checkpoints
+  are kept, TensorBoard on or off. The other driver keys (checkpoint and evaluation
+  cadence, iteration lengths, `train_batch_size` of PPO's rounds) are read from the
+  config at each use;
+- the learner thread (`Part.LEARNER_THREAD`, IMPALA and APPO): its queue's size, lag
+  bound, broadcast interval and batch size (`AsyncLearner.reconfigure`);
+- the runners' fragment length (`Part.FRAGMENTS`): the driver's own runner takes it now;
+  remote runners with their next sample request, which carries it
+  (`EnvRunnerGroup`), and a restarted one is built with it.
+
+    parts = rebuild_in_place(config, ["train_batch_size"], run_state=..., output=...,
+                             learner_access=..., runners=...)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from ftrl.config import AlgorithmConfig
+from ftrl.config.keys import Change, Part, config_facts
+
+log = logging.getLogger(__name__)
+
+
+def parts_to_rebuild(config: AlgorithmConfig, keys: Iterable[str]) -> set[Part]:
+    """The parts that read the `rebuild` keys among `keys` (live keys need none)."""
+    facts = config_facts(type(config))
+    parts: set[Part] = set()
+    for key in keys:
+        change = facts[key].change
+        if change.kind is Change.REBUILD:
+            parts |= change.parts
+    return parts
+
+
+def rebuild_in_place(config: AlgorithmConfig, keys: Iterable[str], *, run_state: Any, output: Any,
+                     learner_access: Any, runners: Any) -> list[str]:
+    """Give the parts reading `keys` (just changed on `config`) their new values; a part
+    not built yet (a resume: the runners come later) is skipped and built with them.
+    Returns the parts rebuilt, by name."""
+    parts = parts_to_rebuild(config, keys)
+    if Part.DRIVER in parts:
+        run_state.episodes.resize(config.reporting_cfg.metrics_num_episodes_for_smoothing)
+        if output is not None:
+            output.checkpoints.keep = config.checkpointing_cfg.keep_checkpoints
+            output.set_tensorboard(config.reporting_cfg.tensorboard)
+    if Part.LEARNER_THREAD in parts and hasattr(learner_access, "reconfigure"):
+        t = config.training_cfg
+        learner_access.reconfigure(queue_size=t.learner_queue_size, max_policy_lag=t.max_policy_lag,
+                                   broadcast_interval=t.broadcast_interval, batch_env_steps=t.train_batch_size)
+    if Part.FRAGMENTS in parts and runners is not None:
+        runners.set_fragment_length(config.get_rollout_fragment_length())
+    names = sorted(str(p) for p in parts)
+    if names:
+        log.info("rebuilt in place for %s: %s", ", ".join(sorted(keys)), ", ".join(names))
+    return names
