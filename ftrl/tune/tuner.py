@@ -324,11 +324,19 @@ class Tuner:
         config = load_job(data=state["spec"]["base_job"]).config
         trials = sorted(state["trials"].values(), key=lambda t: t["index"])
         mct = state["spec"].get("max_concurrent_trials") or len(trials)
-        cpus = sum(sorted((t.get("resources") or {}).get("cpu", 1.0) for t in trials)[-mct:])
-        options: dict[str, Any] = {}
+        room = sorted((t.get("resources") or {"cpu": 1.0} for t in trials), key=lambda r: r.get("cpu", 1.0))[-mct:]
+        cpus = sum(r.get("cpu", 1.0) for r in room)
+        custom: dict[str, float] = {}  # the custom resources the trials' roles ask for, offered
+        for need in room:
+            for key, amount in need.items():
+                if key not in ("cpu", "gpu"):
+                    custom[key] = custom.get(key, 0.0) + float(amount)
+        options: dict[str, Any] = {"worker_args": []}
         gpus = cluster_gpus(config)
         if gpus:
-            options["worker_args"] = ["--gpus", str(gpus)]
+            options["worker_args"] += ["--gpus", str(gpus)]
+        if custom:
+            options["worker_args"] += ["--resources", ",".join(f"{k}={v:g}" for k, v in sorted(custom.items()))]
         return LocalCluster(workers=1, slots=max(math.ceil(cpus), os.cpu_count() or 1), spares=2,
                             preload=spare_preload(config, True), log_level="WARNING", fresh=True,
                             state_dir=str(self.experiment_path / ".ftrl-cluster"), **options)
