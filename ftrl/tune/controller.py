@@ -456,8 +456,10 @@ class TuneController:
         tid = trial.trial_id
         resume = has_saved_state(trial.output_dir)
         if job is not None and job["stage"] not in JOB_ENDED:
-            if job.get("stop_requested"):
-                return False  # its last run (pre-empted, paused) is still stopping
+            if job.get("stop_requested") or tid in self._stopping:
+                # its last run (pre-empted, yielded, paused) is still stopping (`job` may be
+                # from before this pass asked it to stop: never follow a job being stopped)
+                return False
             log.info("trial %s: its job is running; following it", tid)
         else:
             job_dict = trial_jobs.job_dict(self.base_job, trial.config, self.stop_dict, self.mode)

@@ -1,6 +1,7 @@
 """A PBT population larger than the cluster, on real processes: 4 members (one runner
 each) on room for 2. Members take turns at their perturbation points (PAUSED seen, Tune's
-rule), every member reaches its stop, no member falls more than about an interval behind,
+rule), every member reaches its stop, no member's perturbation point is more than an
+interval behind another's,
 and a paused member's iterations go on from its checkpoint (no gap, no repeat)."""
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def test_four_members_on_room_for_two_take_turns(make_cluster, tmp_path):
     client = cluster.client()
     out: dict = {}
     tuner = ftrl.Tuner(
-        small_ppo(runners=1, batch=256).checkpointing(checkpoint_interval=2),
+        # iterations of ~0.4 s: the tuner (a pass every 0.25 s) sees every row, as with real iteration lengths
+        small_ppo(runners=1, batch=256).checkpointing(checkpoint_interval=2)
+        .reporting(min_sample_timesteps_per_iteration=2048),
         param_space={"lr": tune.grid_search([1e-3, 2e-3, 3e-3, 5e-4])},
         tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
             time_attr="training_iteration", perturbation_interval=INTERVAL, quantile_fraction=0.25,
@@ -48,16 +51,16 @@ def test_four_members_on_room_for_two_take_turns(make_cluster, tmp_path):
         running = sum(v["status"] == "RUNNING" for v in trials.values())
         assert running <= 2
         members = state.get("pbt", {}).get("members", {})
-        open_times = [m["time"] for t, m in members.items() if trials[t]["status"] != "TERMINATED"]
-        if len(open_times) == 4:
-            widest = max(widest, max(open_times) - min(open_times))
+        points = [m["last_perturbation_time"] for t, m in members.items() if trials[t]["status"] != "TERMINATED"]
+        if len(points) == 4:  # how far apart the members' perturbation points are
+            widest = max(widest, max(points) - min(points))
         time.sleep(0.1)
     runner.join(5)
     assert not runner.is_alive(), "the experiment did not finish"
     results = out["results"]
     assert results.status == "FINISHED" and results.num_terminated == 4
     assert len(seen_paused) >= 2  # members yielded their turns
-    assert widest <= 2 * INTERVAL  # about an interval apart, never a member left far behind
+    assert widest <= INTERVAL + 1  # at any perturbation, no member more than an interval behind (a row missed)
     state = json.loads(expfile.read_text())
     assert state["counters"]["num_pauses"] >= 2 and state["counters"]["num_preemptions"] == 0
     assert state["counters"]["num_trial_failures"] == 0
