@@ -83,3 +83,39 @@ def filesystem(path: str) -> dict[str, str]:
             if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best[1]):
                 best = (dev, mnt, fstype)
     return {"device": best[0], "mount": best[1], "type": best[2]}
+
+
+def read_rows(run_dir: Any) -> list[dict[str, Any]]:
+    """The rows of a run directory's metrics.jsonl (none if it is not there yet; a line
+    being written is skipped)."""
+    from pathlib import Path
+
+    path = Path(run_dir) / "metrics.jsonl"
+    out: list[dict[str, Any]] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> Any:
+    """`predicate()`'s first truthy value, polled every 50 ms; TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def first_reach(rows: list[dict[str, Any]], bound: float) -> int | None:
+    """The env steps of the first row whose 100-episode mean return reached `bound`."""
+    for row in rows:
+        value = row.get("episode_return_mean")
+        if isinstance(value, int | float) and value >= bound:
+            return int(row["env_steps_sampled"])
+    return None

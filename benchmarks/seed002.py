@@ -32,34 +32,11 @@ import threading
 import time
 from pathlib import Path
 
-from common import emit, env_with_repo, summary
+from common import emit, env_with_repo, first_reach, read_rows, summary, wait_for
 
 import ftrl
 from ftrl import tune
 from ftrl.client.cluster import LocalCluster
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(what)
-
 
 # --------------------------------------------------------------------------- exploit by kind of key
 
@@ -85,7 +62,7 @@ def bench_exploit_by_key(repeats: int) -> dict:
         client = cluster.client()
         for name, seed in (("donor", 1), ("target", 2)):
             client.submit({**job, "seed": seed}, job_id=name, output_dir=str(out_dir / name))
-        _wait(lambda: all((client.job_status(j)["iteration"] or 0) >= 3 for j in ("donor", "target")), 180,
+        wait_for(lambda: all((client.job_status(j)["iteration"] or 0) >= 3 for j in ("donor", "target")), 180,
               "both jobs training")
         donor = client.get_actor("donor/algorithm").options(timeout=60)
         target = client.get_actor("target/algorithm").options(timeout=60)
@@ -140,13 +117,6 @@ def _watch_jobs(client, names: list[str], stop: threading.Event, events: list[tu
         time.sleep(0.05)
 
 
-def _first_reach(rows: list[dict], bound: float) -> int | None:
-    for row in rows:
-        value = row.get("episode_return_mean")
-        if isinstance(value, int | float) and value >= bound:
-            return int(row["env_steps_sampled"])
-    return None
-
 
 def bench_timeshare(seed: int, members: int = 8, stop_steps: int = 150_000) -> dict:
     out: dict = {}
@@ -180,7 +150,7 @@ def bench_timeshare(seed: int, members: int = 8, stop_steps: int = 150_000) -> d
             wall = time.monotonic() - t0
             halt.set()
             watcher.join(5)
-        reach = {r.trial_id: _first_reach(_rows(Path(r.path)), 475.0) for r in results}
+        reach = {r.trial_id: first_reach(read_rows(Path(r.path)), 475.0) for r in results}
         pauses, resumes = _turn_costs(events)
         out[kind] = {"env_steps_to_475": reach, "wall_s": round(wall, 1), "counters": results.counters,
                      "pause_s": summary(pauses, 3) if pauses else None,
@@ -238,15 +208,15 @@ def bench_half_runners() -> dict:
         thread = threading.Thread(target=tuner.fit, daemon=True)
         thread.start()
         trial_dir = storage / "half" / "half-0"
-        runners = _wait(lambda: (lambda r: r if len(r) == 4 else None)(
+        runners = wait_for(lambda: (lambda r: r if len(r) == 4 else None)(
             {a["name"]: a["node_id"] for a in client.actors("half-0/env_runner/") if a["state"] == "ALIVE"}),
             120, "4 runners")
         time.sleep(10.0)
 
         def rate(seconds: float) -> float:
-            start = _rows(trial_dir)[-1]
+            start = read_rows(trial_dir)[-1]
             time.sleep(seconds)
-            end = _rows(trial_dir)[-1]
+            end = read_rows(trial_dir)[-1]
             return (end["env_steps_sampled"] - start["env_steps_sampled"]) / max(1e-9, end["time_s"] - start["time_s"])
 
         before = rate(15.0)
@@ -255,11 +225,11 @@ def bench_half_runners() -> dict:
         victim = sorted(set(runners.values()), key=lambda n: (n == driver_node, n == tuner_node))[0]
         lost = sum(1 for n in runners.values() if n == victim)
         os.killpg(cluster.worker_procs[victim].pid, signal.SIGKILL)
-        _wait(lambda: any(n["node_id"] == victim and n["state"] == "LOST" for n in client.nodes()), 30, "LOST")
+        wait_for(lambda: any(n["node_id"] == victim and n["state"] == "LOST" for n in client.nodes()), 30, "LOST")
         time.sleep(5.0)
         after = rate(15.0)
         state = json.loads((storage / "half" / "experiment.json").read_text())
-        healthy = _rows(trial_dir)[-1].get("num_healthy_env_runners")
+        healthy = read_rows(trial_dir)[-1].get("num_healthy_env_runners")
         client.stop("half-0")
         thread.join(60)
     return {"runners": 4, "runners_lost": lost, "env_steps_per_s_before": round(before),

@@ -28,34 +28,11 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, emit, env_with_repo, summary
+from common import ROOT, emit, env_with_repo, first_reach, read_rows, summary, wait_for
 
 import ftrl
 from ftrl import tune
 from ftrl.client.cluster import LocalCluster
-
-
-def _rows(trial_dir: Path) -> list[dict]:
-    out = []
-    path = trial_dir / "metrics.jsonl"
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(what)
 
 
 def small_ppo(hiddens: list[int]) -> ftrl.PPOConfig:
@@ -76,7 +53,7 @@ def bench_exploit(repeats: int) -> dict:
         config = small_ppo([256, 256])
         for job in ("donor", "target"):
             client.submit(config, job_id=job, output_dir=str(out_dir / job))
-        _wait(lambda: all((client.job_status(j)["iteration"] or 0) >= 3 for j in ("donor", "target")), 120,
+        wait_for(lambda: all((client.job_status(j)["iteration"] or 0) >= 3 for j in ("donor", "target")), 120,
               "both jobs training")
         donor = client.get_actor("donor/algorithm").options(timeout=60)
         target = client.get_actor("target/algorithm").options(timeout=60)
@@ -128,13 +105,13 @@ def bench_node_loss() -> dict:
                     by_node.setdefault(a["node_id"], []).append(a["name"].split("/")[0])
             return by_node if sum(map(len, by_node.values())) == 4 else None
 
-        by_node = _wait(placed, 120, "4 trials placed")
+        by_node = wait_for(placed, 120, "4 trials placed")
         time.sleep(8.0)  # warm
 
         def rate(trials: list[str], seconds: float) -> float:
-            start = {t: (_rows(expdir / t) or [{"env_steps_sampled": 0}])[-1]["env_steps_sampled"] for t in trials}
+            start = {t: (read_rows(expdir / t) or [{"env_steps_sampled": 0}])[-1]["env_steps_sampled"] for t in trials}
             time.sleep(seconds)
-            end = {t: (_rows(expdir / t) or [{"env_steps_sampled": 0}])[-1]["env_steps_sampled"] for t in trials}
+            end = {t: (read_rows(expdir / t) or [{"env_steps_sampled": 0}])[-1]["env_steps_sampled"] for t in trials}
             return sum(end[t] - start[t] for t in trials) / seconds
 
         victim = max(by_node, key=lambda n: len(by_node[n]))
@@ -148,13 +125,13 @@ def bench_node_loss() -> dict:
             state = json.loads((expdir / "experiment.json").read_text())
             return all(state["trials"][t]["status"] == "PENDING" for t in lost)
 
-        _wait(requeued, 60, "lost trials requeued")
+        wait_for(requeued, 60, "lost trials requeued")
         t_requeued = time.monotonic() - t_kill
         time.sleep(3.0)  # the remaining node settles (the lost runners' CPU is free)
         during = rate(survivors, 10.0)
         state = json.loads((expdir / "experiment.json").read_text())
         still_pending = all(state["trials"][t]["status"] == "PENDING" for t in lost)
-        rows_before = {t: len(_rows(expdir / t)) for t in lost}
+        rows_before = {t: len(read_rows(expdir / t)) for t in lost}
         t_join = time.monotonic()
         cluster.start_worker(node_id="replacement", slots=2)
 
@@ -162,9 +139,9 @@ def bench_node_loss() -> dict:
             state = json.loads((expdir / "experiment.json").read_text())
             return all(state["trials"][t]["status"] == "RUNNING" for t in lost)
 
-        _wait(running_again, 120, "lost trials started again")
+        wait_for(running_again, 120, "lost trials started again")
         started_s = time.monotonic() - t_join
-        _wait(lambda: all(len(_rows(expdir / t)) > rows_before[t] for t in lost), 120, "lost trials training again")
+        wait_for(lambda: all(len(read_rows(expdir / t)) > rows_before[t] for t in lost), 120, "lost trials training again")
         back_s = time.monotonic() - t_join
         for t in range(4):
             client.stop(f"loss-{t}")
@@ -181,13 +158,6 @@ def bench_node_loss() -> dict:
     }
 
 
-def _first_reach(rows: list[dict], bound: float) -> int | None:
-    for row in rows:
-        value = row.get("episode_return_mean")
-        if isinstance(value, int | float) and value >= bound:
-            return int(row["env_steps_sampled"])
-    return None
-
 
 def bench_cartpole(seed: int) -> dict:
     from ftrl.tune.tuner import load_experiment_file
@@ -203,7 +173,7 @@ def bench_cartpole(seed: int) -> dict:
         tuner.run_config.verbose = 0
         t0 = time.monotonic()
         results = tuner.fit()
-        reach = {r.trial_id: _first_reach(_rows(Path(r.path)), 475.0) for r in results}
+        reach = {r.trial_id: first_reach(read_rows(Path(r.path)), 475.0) for r in results}
         out[kind] = {"env_steps_to_475": reach, "wall_s": round(time.monotonic() - t0, 1),
                      "configs": {r.trial_id: r.config for r in results}, "counters": results.counters}
     fifo = [v if v is not None else float("inf") for v in out["fifo"]["env_steps_to_475"].values()]

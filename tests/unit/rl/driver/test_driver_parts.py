@@ -310,7 +310,7 @@ def test_a_failed_update_reaches_the_driver_at_its_next_put():
         access.stop()
 
 
-def test_an_embedded_cluster_offers_what_the_job_asks_for():
+def test_an_embedded_cluster_offers_what_the_job_asks_for(tmp_path):
     from ftrl.config import PPOConfig
     from ftrl.rl.driver.embedded import (
         cluster_custom_resources,
@@ -323,5 +323,5 @@ def test_an_embedded_cluster_offers_what_the_job_asks_for():
               .resources(num_cpus_for_main_process=2, custom_resources_for_main_process={"ondemand": 0.5}))
     assert cluster_slots(config) == 42  # the driver's CPUs count
     assert cluster_custom_resources(config) == {"spot": 40.0, "ondemand": 0.5}
-    cluster = embedded_cluster_for(config)
+    cluster = embedded_cluster_for(config, state_dir=str(tmp_path))  # made, not started
     assert cluster.worker_args[-2:] == ["--resources", "ondemand=0.5,spot=40"]
