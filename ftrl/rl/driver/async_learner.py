@@ -259,8 +259,7 @@ class AsyncLearner:
             result: dict[str, Any] = {}
             if used:
                 result = self.learner.update(used, env_steps_sampled=int(self._env_steps_sampled()))
-                self.num_updates += 1
-                if self.num_updates % self.broadcast_interval == 0:
+                if (self.num_updates + 1) % self.broadcast_interval == 0:
                     self.published = self.learner.get_weights()
         busy = time.monotonic() - t0
         trained = int(result.get("num_samples", 0))
@@ -268,6 +267,9 @@ class AsyncLearner:
             w = self._window
             w.busy_s += busy
             if used:
+                # counted with the window's update under one lock: a driver that sees the
+                # count grow and takes the window finds this update in it
+                self.num_updates += 1
                 w.updates += 1
                 w.env_steps_trained += trained
                 w.lags += lags

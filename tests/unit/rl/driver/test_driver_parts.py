@@ -280,6 +280,30 @@ def test_the_async_learner_learns_off_its_queue_publishes_every_interval_and_dro
         access.stop()
 
 
+class _SlowPublishLearner(_Learner):
+    """Publishing its weights takes a while: the gap between an update and its window entry."""
+
+    def get_weights(self) -> tuple[int, np.ndarray]:
+        time.sleep(0.2)
+        return super().get_weights()
+
+
+def test_a_window_taken_as_soon_as_the_update_count_grows_holds_that_update():
+    """The driver ends a window when it sees `num_updates` grow; that update must be in the
+    window it takes then, not the next (APPO's rows once summed 2 updates over 3 windows)."""
+    learner = _SlowPublishLearner()
+    access = _async(learner, {"num_samples_dropped_stale": 0, "env_steps_dropped_stale": 0},
+                    broadcast_interval=1, max_policy_lag=100)
+    access.start()
+    try:
+        for expected in range(1, 4):
+            assert access.put(TrainBatch([{"x": 1}], [0], [8]), timeout_s=5.0)
+            _wait(lambda expected=expected: access.num_updates >= expected)
+            assert access.take_window()["num_learner_updates_this_iter"] == 1
+    finally:
+        access.stop()
+
+
 def test_no_update_runs_while_the_learner_is_paused_and_reads_wait_for_one_to_end():
     learner = _Learner(delay_s=0.3)
     access = _async(learner, {"num_samples_dropped_stale": 0, "env_steps_dropped_stale": 0}, max_policy_lag=100)
