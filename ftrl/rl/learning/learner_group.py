@@ -44,6 +44,7 @@ from ftrl.rl.learning.learner_health import (
     LearnerGroupError,
     LearnerHealth,
     LearnerWaitTimeout,
+    NoLearnerAnswered,
     remote_kind,
 )
 from ftrl.rl.learning.learner_mesh import (
@@ -103,6 +104,9 @@ class LearnerGroup(ActorGroup):
             pool_size=max(4, 2 * self.target), pool_name="learner-group")
         self.slots = [ActorSlot(index=i, name=self.actor_name(i)) for i in range(self.target)]
         self._lock = threading.Lock()  # guards `target` (scale is called from other threads)
+        # one thread at a time re-forms the mesh: the learner thread's update and a read
+        # from the driver's thread that found no member may both want a new epoch
+        self._reform_lock = threading.RLock()
         self.committed = CommittedState()
         self.health = LearnerHealth(self.group, actor_info=lambda name: self.client.actor(name))
         self.starts = LearnerStarts(self.group, create_all=self.create_all, on_started=self._adopt_created)
@@ -184,7 +188,8 @@ class LearnerGroup(ActorGroup):
         t0 = time.monotonic()
         retries = 0
         while True:
-            view = self.mesh.ready_view(self.committed)
+            with self._reform_lock:
+                view = self.mesh.ready_view(self.committed)
             members = view["members"]
             shards, options = self.learner_cls.split_update(self.config, fragments, len(members))
             if self.hyperparams:
@@ -204,7 +209,8 @@ class LearnerGroup(ActorGroup):
                 raise LearnerGroupError(
                     f"update of version {self.committed.version} failed {retries} times in a row (last: "
                     + ", ".join(f"{n}: {e}" for n, e in sorted(errors.items())) + ")")
-            self.mesh.after_failed_step(view, errors)
+            with self._reform_lock:
+                self.mesh.after_failed_step(view, errors)
         self.health.step_committed()
         self.committed.version += 1
         self.last_update_members = len(members)
@@ -217,9 +223,7 @@ class LearnerGroup(ActorGroup):
         committed = self.committed
         if committed.latest_weights is not None and committed.latest_weights[0] == committed.version:
             return committed.latest_weights
-        if not self.mesh.view.get("members"):
-            self.mesh.ready_view(committed)
-        version, weights = self.mesh.from_any_member("get_weights")
+        version, weights = self._read("get_weights")
         committed.latest_weights = (int(version), weights)
         return committed.latest_weights
 
@@ -227,7 +231,29 @@ class LearnerGroup(ActorGroup):
         """The learner state of one rank (all ranks are identical)."""
         if self.committed.restore_state is not None:
             return self.committed.restore_state
-        return self.mesh.from_any_member("get_state")
+        return self._read("get_state")
+
+    def _read(self, method: str) -> Any:
+        """`method` from a member of the current epoch. When none answers (a learner died),
+        the mesh re-forms as for a failed update, so the read waits for the restarted
+        learners (up to learner_wait_timeout_s) instead of failing the job; at most
+        MAX_UPDATE_ATTEMPTS tries."""
+        for attempt in range(1, MAX_UPDATE_ATTEMPTS + 1):
+            with self._reform_lock:
+                if not self.mesh.view.get("members"):
+                    self.mesh.ready_view(self.committed)
+                view = self.mesh.view
+            try:
+                return self.mesh.from_any_member(method)
+            except NoLearnerAnswered as e:
+                if attempt == MAX_UPDATE_ATTEMPTS:
+                    raise
+                log.warning("learner mesh %s: %s; re-forming to read it again", self.group, e)
+                self.health.note_failures(e.errors)
+                with self._reform_lock:
+                    self.mesh.after_failed_step(view, e.errors)
+                    self.mesh.ready_view(self.committed)
+        raise AssertionError("unreachable")
 
     def state_at(self, version: int) -> dict[str, Any] | None:
         """The learner state of weights version `version` from a member, or None when the

@@ -38,6 +38,15 @@ class LearnerWaitTimeout(LearnerGroupError):
     """Fewer than min_learners for longer than learner_wait_timeout_s."""
 
 
+class NoLearnerAnswered(LearnerGroupError):
+    """No member of the epoch answered a read (`errors`: each member's error)."""
+
+    def __init__(self, method: str, errors: dict[str, BaseException]) -> None:
+        detail = ", ".join(f"{n}: {remote_kind(e)}" for n, e in sorted(errors.items())) or "no members"
+        super().__init__(f"no learner answered {method} ({detail})")
+        self.errors = errors
+
+
 def own_failure(error: BaseException) -> bool:
     """Whether a member's failed call was its own failure, not a peer's seen from it."""
     if isinstance(error, ActorError):

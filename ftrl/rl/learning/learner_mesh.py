@@ -36,6 +36,7 @@ from ftrl.rl.learning.learner_health import (
     LearnerGroupError,
     LearnerHealth,
     LearnerWaitTimeout,
+    NoLearnerAnswered,
     remote_kind,
 )
 from ftrl.wire.errors import (
@@ -221,14 +222,15 @@ class LearnerMesh:
         return hung
 
     def from_any_member(self, method: str, *args: Any) -> Any:
-        """Call a read-only method on rank 0, falling back to the other members."""
-        last: BaseException | None = None
+        """Call a read-only method on rank 0, falling back to the other members. Raises
+        NoLearnerAnswered (with each member's error) when none answers."""
+        errors: dict[str, BaseException] = {}
         for m in self.view.get("members", []):
             try:
                 return self.handle(m).options(timeout=self.call_timeout_s).call(method, *args)
             except FtrlError as e:
-                last = e
-        raise LearnerGroupError(f"no learner answered {method}: {last}")
+                errors[m["name"]] = e
+        raise NoLearnerAnswered(method, errors)
 
     # ------------------------------------------------------------------ epochs
 

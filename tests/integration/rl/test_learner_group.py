@@ -106,6 +106,27 @@ def test_sigkill_mid_update_survivors_go_on_identical_and_the_restarted_learner_
         algo.stop()
 
 
+def test_a_read_from_a_lone_learner_killed_between_updates_waits_for_its_restart(client):
+    """One learner, SIGKILLed after an update: reading the group's state (what a checkpoint
+    or a weights broadcast does) waits for the restarted learner instead of failing the
+    job; it holds the committed version and training goes on from it."""
+    algo = _config(1).build(client=client, job_name="lone")
+    try:
+        first = algo.train()
+        pid = _pid(client, "lone/learner/0")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: client.actor("lone/learner/0")["state"] != "ALIVE"
+                   or _pid(client, "lone/learner/0") != pid, timeout=30, what="the learner's death seen")
+        state = algo.learner_group.get_state()
+        assert int(state["version"]) == first["weights_version"]
+        assert client.actor("lone/learner/0")["incarnation"] >= 2
+        after = algo.train()
+        assert after["weights_version"] == first["weights_version"] + 1
+        assert after["num_learners"] == 1
+    finally:
+        algo.stop()
+
+
 def test_two_learners_killed_at_once_the_last_one_carries_on(client):
     algo = _config(3).build(client=client, job_name="two")
     try:
