@@ -84,7 +84,7 @@ class IMPALATrainingConfig(TrainingConfig):
         False, "a policy lag of exactly 1 (as Cleanba): every update learns on one fragment of each runner "
         "sampled with the weights before the last update, in runner order; a run reproduces bit for bit "
         "from its seed (as long as no runner fails)",
-        change=rebuild(Part.ENV_RUNNERS, Part.DRIVER), mesh=False,  # the driver's sampling pipeline
+        change=NEVER, mesh=False,  # which sampling pipeline the driver runs: fixed for a trial
     )
 
 

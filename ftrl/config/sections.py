@@ -181,7 +181,7 @@ class EnvRunnersConfig:
     )
     max_weights_lag: int = option(
         0, "use fragments sampled with weights at most this many versions behind the learner (0: the current version only)",
-        check=non_negative_int, change=rebuild(Part.ENV_RUNNERS, Part.DRIVER),  # the exploit's version jump
+        check=non_negative_int, change=rebuild(Part.DRIVER),  # the driver's sample checks, the exploit's version jump
     )
     weights_fanout: int = option(
         4, "children per node of the tree that broadcasts weights to the runners", check=positive_int,

@@ -326,15 +326,21 @@ class TuneController:
         self._requeue(trial, "pre-empted", preempted=True)
 
     def _requeue(self, trial: Trial, why: str, preempted: bool) -> None:
-        self.lost_nodes.forget(trial.trial_id)
-        self._short_of.pop(trial.trial_id, None)
         trial.status = TrialStatus.PENDING
         trial.queued_at = time.time()
         if preempted:
             trial.num_preemptions += 1
             self.counters["num_preemptions"] += 1
-        self._member_dead(trial.trial_id)
+        self._not_running(trial.trial_id)
         log.warning("trial %s back to the front of the queue: %s", trial.trial_id, why)
+
+    def _not_running(self, tid: str) -> None:
+        """The trial's job is gone (requeued, paused): what was watched of its run goes (the
+        nodes it lost, the resources it was short of); PBT ranks it no more and its saved
+        exploit decision goes."""
+        self.lost_nodes.forget(tid)
+        self._short_of.pop(tid, None)
+        self._member_dead(tid)
 
     def _member_dead(self, tid: str) -> None:
         """The trial no longer runs: PBT ranks it no more, its saved exploit decision goes."""
@@ -401,10 +407,8 @@ class TuneController:
         trial.num_pauses += 1
         self.counters["num_pauses"] += 1
         trial.queued_at = time.time()
-        self._member_dead(tid)
+        self._not_running(tid)
         members[tid].paused = True
-        self.lost_nodes.forget(tid)
-        self._short_of.pop(tid, None)
 
     def _settle_paused(self, jobs: dict[str, dict[str, Any]]) -> bool:
         """A trial that yielded its turn, once its job ended: its last row and final

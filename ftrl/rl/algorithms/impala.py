@@ -324,7 +324,7 @@ class IMPALA(Algorithm):
         the learner's call either way (`max_policy_lag`)."""
         t = self.config.training_cfg
         if t.deterministic:
-            return DirectAccess(learner, stale_version_gap=t.max_policy_lag)
+            return DirectAccess(learner, stale_version_gap=lambda: self.config.training_cfg.max_policy_lag)
         return AsyncLearner(learner, queue_size=t.learner_queue_size, max_policy_lag=t.max_policy_lag,
                             broadcast_interval=t.broadcast_interval, batch_env_steps=t.train_batch_size,
                             env_steps_sampled=lambda: self.run_state.env_steps_sampled,

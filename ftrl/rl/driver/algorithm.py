@@ -60,6 +60,7 @@ import numpy as np
 import torch
 
 from ftrl.config import AlgorithmConfig, StopCriteria, check_live
+from ftrl.config.keys import Part
 from ftrl.rl.driver import exploit as algo_exploit
 from ftrl.rl.driver import rebuild, run_loop
 from ftrl.rl.driver import state as algo_state
@@ -190,7 +191,7 @@ class Algorithm:
     def setup_learner_access(self, learner: Any) -> LearnerAccess:
         """How the driver reaches `learner` (here: on the training thread itself; IMPALA:
         through its learner thread). Called once, after the learner is made."""
-        return DirectAccess(learner, stale_version_gap=int(self.config.env_runners_cfg.max_weights_lag))
+        return DirectAccess(learner, stale_version_gap=lambda: self.config.env_runners_cfg.max_weights_lag)
 
     def runner_weights_lag(self) -> int | None:
         """The runner group's max_weights_lag when the algorithm judges staleness itself
@@ -552,9 +553,17 @@ class Algorithm:
 
     def rebuild_in_place(self, keys: Iterable[str]) -> list[str]:
         """Rebuild the parts that read the `rebuild` keys among `keys`, just changed on the
-        config (ftrl.rl.driver.rebuild); the names of the parts."""
-        return rebuild.rebuild_in_place(self.config, keys, run_state=self.run_state, output=self.output,
-                                        learner_access=self.learner_access, runners=self.runners)
+        config (ftrl.rl.driver.rebuild); new runners get the learner's weights at once, a
+        new callbacks class its `on_algorithm_init`. The names of the parts."""
+        keys = list(keys)
+        parts = rebuild.rebuild_in_place(self.config, keys, run_state=self.run_state, output=self.output,
+                                         learner_access=self.learner_access, runners=self.runners)
+        if str(Part.ENV_RUNNERS) in parts and self.learner_access is not None and self.runners.started:
+            self.sync_weights()
+        if "callbacks_class" in keys:
+            self.hooks = DriverHooks(self.config.callbacks_cfg.callbacks_class, self.run_state)
+            self.hooks.algorithm_init(self)
+        return parts
 
     def set_checked_hyperparams(self, values: Mapping[str, Any]) -> None:
         """`apply_hyperparams` after its check (`check_live`), with the learner paused."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -66,11 +67,16 @@ class LearnerAccess(Protocol):
 
 class DirectAccess:
     """The learner updated on the driver's own thread: nothing to hold, and the runners
-    always get the learner's newest weights."""
+    always get the learner's newest weights. `stale_version_gap` reads the config key
+    it comes from at each use (an exploit may have changed it)."""
 
-    def __init__(self, learner: Any, stale_version_gap: int) -> None:
+    def __init__(self, learner: Any, stale_version_gap: Callable[[], int]) -> None:
         self.learner = learner
-        self.stale_version_gap = int(stale_version_gap)
+        self._stale_version_gap = stale_version_gap
+
+    @property
+    def stale_version_gap(self) -> int:
+        return int(self._stale_version_gap())
 
     @property
     def version(self) -> int:

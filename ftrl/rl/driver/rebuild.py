@@ -1,18 +1,24 @@
-"""Rebuild in place the parts of a running job that read a `rebuild` key
+"""Rebuild the parts of a running job that read a `rebuild` key
 (`ftrl.config.keys.REBUILT_IN_PLACE`), once an exploit (or a resume re-applying an
-exploit's keys) changed it on the config. Same processes and threads; only what reads
-the key takes its new value:
+exploit's keys) changed it on the config. Only what reads the key is rebuilt; the
+driver, its learner(s) and whatever else need not change keep their processes:
 
 - the driver's own parts (`Part.DRIVER`): the episode window's length
   (`metrics_num_episodes_for_smoothing`; its newest episodes kept), how many checkpoints
-  are kept, TensorBoard on or off. The other driver keys (checkpoint and evaluation
+  are kept, TensorBoard on or off, the runner group's staleness bound (`max_weights_lag`). The other driver keys (checkpoint and evaluation
   cadence, iteration lengths, `train_batch_size` of PPO's rounds) are read from the
   config at each use;
 - the learner thread (`Part.LEARNER_THREAD`, IMPALA and APPO): its queue's size, lag
   bound, broadcast interval and batch size (`AsyncLearner.reconfigure`);
 - the runners' fragment length (`Part.FRAGMENTS`): the driver's own runner takes it now;
   remote runners with their next sample request, which carries it
-  (`EnvRunnerGroup`), and a restarted one is built with it.
+  (`EnvRunnerGroup`), and a restarted one is built with it;
+- the runners themselves (`Part.ENV_RUNNERS`, `Part.EVAL_RUNNERS`: sub-envs per runner,
+  `env_config`, `max_episode_steps`, their resources, failure keys, `num_env_runners`,
+  ...): what they build from those keys lives in their processes, so they are made again
+  from the config (`DriverRunners.rebuild`: new runner processes, failure counters
+  carried over); the caller sends them the weights. The driver's callbacks
+  (`callbacks_class`) are the caller's too (`Algorithm.rebuild_in_place`).
 
     parts = rebuild_in_place(config, ["train_batch_size"], run_state=..., output=...,
                              learner_access=..., runners=...)
@@ -46,16 +52,22 @@ def rebuild_in_place(config: AlgorithmConfig, keys: Iterable[str], *, run_state:
     """Give the parts reading `keys` (just changed on `config`) their new values; a part
     not built yet (a resume: the runners come later) is skipped and built with them.
     Returns the parts rebuilt, by name."""
+    keys = list(keys)
     parts = parts_to_rebuild(config, keys)
     if Part.DRIVER in parts:
         run_state.episodes.resize(config.reporting_cfg.metrics_num_episodes_for_smoothing)
         if output is not None:
             output.checkpoints.keep = config.checkpointing_cfg.keep_checkpoints
             output.set_tensorboard(config.reporting_cfg.tensorboard)
+        if runners is not None:
+            runners.set_max_weights_lag(config.env_runners_cfg.max_weights_lag)
     if Part.LEARNER_THREAD in parts and hasattr(learner_access, "reconfigure"):
         t = config.training_cfg
         learner_access.reconfigure(queue_size=t.learner_queue_size, max_policy_lag=t.max_policy_lag,
                                    broadcast_interval=t.broadcast_interval, batch_env_steps=t.train_batch_size)
+    training, evaluation = Part.ENV_RUNNERS in parts, Part.EVAL_RUNNERS in parts
+    if (training or evaluation) and runners is not None:
+        runners.rebuild(training=training, evaluation=evaluation, keep_scale="num_env_runners" not in keys)
     if Part.FRAGMENTS in parts and runners is not None:
         runners.set_fragment_length(config.get_rollout_fragment_length())
     names = sorted(str(p) for p in parts)

@@ -4,6 +4,7 @@
     runners.start(client, "job", saved_actors, max_weights_lag=None)
     runners.sync_weights(version, weights, filter_state)
     runners.stats()                    # the runner keys of a metrics row
+    runners.rebuild(training=True, evaluation=False)   # a runner key changed (an exploit)
     runners.stop(kill=True)
 
 Training samples in the driver's process (`local`, with `num_env_runners=0`, for the
@@ -44,6 +45,7 @@ class DriverRunners:
         self.group: EnvRunnerGroup | None = group
         self.eval_local: EnvRunner | None = eval_local
         self.eval_group: EnvRunnerGroup | None = eval_group
+        self._started_with: tuple[Any, str, int | None] | None = None  # (client, job name, max_weights_lag)
 
     def start(self, client: Any, job_name: str, saved_actors: dict[str, Any], *,
               max_weights_lag: int | None = None) -> None:
@@ -51,21 +53,69 @@ class DriverRunners:
         re-attaching to those still up; `saved_actors`: the incarnations a resumed state
         knew, by group). `max_weights_lag`: the remote group's, when the algorithm judges
         staleness itself (None: the config's)."""
-        cfg = self.config
-        if cfg.env_runners_cfg.num_env_runners == 0:
+        self._started_with = (client, job_name, max_weights_lag)
+        self._start_training(saved_actors.get("env_runners"))
+        self._start_evaluation(saved_actors.get("eval_runners"))
+
+    def _start_training(self, previous: list[dict[str, Any]] | None) -> None:
+        assert self._started_with is not None
+        client, job_name, max_weights_lag = self._started_with
+        if self.config.env_runners_cfg.num_env_runners == 0:
             self.local = self._local_runner(evaluation=False)
-        else:
-            self.group = EnvRunnerGroup(client, cfg, job_name=job_name, space_spec=self.spec_dict)
-            self.group.start(saved_actors.get("env_runners"))
-            if max_weights_lag is not None:
-                self.group.max_weights_lag = max_weights_lag
-        if cfg.evaluation_cfg.evaluation_interval is not None:
-            if cfg.evaluation_cfg.evaluation_num_env_runners == 0:
-                self.eval_local = self._local_runner(evaluation=True)
-            else:
-                self.eval_group = EnvRunnerGroup(client, cfg, job_name=job_name, space_spec=self.spec_dict,
-                                                 evaluation=True)
-                self.eval_group.start(saved_actors.get("eval_runners"))
+            return
+        self.group = EnvRunnerGroup(client, self.config, job_name=job_name, space_spec=self.spec_dict)
+        self.group.start(previous)
+        if max_weights_lag is not None:
+            self.group.max_weights_lag = max_weights_lag
+
+    def _start_evaluation(self, previous: list[dict[str, Any]] | None) -> None:
+        assert self._started_with is not None
+        client, job_name, _ = self._started_with
+        cfg = self.config
+        if cfg.evaluation_cfg.evaluation_interval is None:
+            return
+        if cfg.evaluation_cfg.evaluation_num_env_runners == 0:
+            self.eval_local = self._local_runner(evaluation=True)
+            return
+        self.eval_group = EnvRunnerGroup(client, cfg, job_name=job_name, space_spec=self.spec_dict, evaluation=True)
+        self.eval_group.start(previous)
+
+    @property
+    def started(self) -> bool:
+        """Whether `start` ran (a resume re-applies its keys before the runners exist)."""
+        return self._started_with is not None
+
+    def rebuild(self, *, training: bool, evaluation: bool, keep_scale: bool = True) -> None:
+        """New training (and/or evaluation) runners built from the config as it is now (a
+        key they read when they are built changed): the old ones stop (remote ones are
+        killed, their fragments in flight are lost), new ones are made as `start` makes
+        them (their sub-envs, env_config, resources; from the driver's process to a remote
+        group and back as num_env_runners says), their failure counters go on; with
+        `keep_scale`, a size asked for with `scale` stays asked for. Nothing before
+        `start`. The caller sends them the weights next."""
+        if not self.started:
+            return
+        counters = self.counters()
+        if training:
+            old_local, old_group = self.local, self.group
+            self.local = self.group = None
+            if old_local is not None:
+                old_local.stop()
+            if old_group is not None:
+                old_group.stop(kill=True)
+            self._start_training(None)
+            if keep_scale and old_group is not None and self.group is not None:
+                self.group.scale(old_group.target)
+        if evaluation:
+            old_local, old_group = self.eval_local, self.eval_group
+            self.eval_local = self.eval_group = None
+            if old_local is not None:
+                old_local.stop()
+            if old_group is not None:
+                old_group.stop(kill=True)
+            self._start_evaluation(None)
+        self.restore_counters({k: v for k, v in counters.items()
+                               if (training and k != "eval_runners") or (evaluation and k == "eval_runners")})
 
     def _local_runner(self, evaluation: bool) -> EnvRunner:
         return EnvRunner(self.config, worker_index=0, evaluation=evaluation, space_spec=self.spec_dict,
@@ -85,6 +135,12 @@ class DriverRunners:
             self.local.set_weights(version, weights, filter_state)
         if self.group is not None:
             self.group.sync_weights(version, weights, filter_state)
+
+    def set_max_weights_lag(self, lag: int) -> None:
+        """The training group's staleness bound from its next sample on, unless the
+        algorithm judges staleness itself (its own bound given to `start`)."""
+        if self.group is not None and self._started_with is not None and self._started_with[2] is None:
+            self.group.max_weights_lag = int(lag)
 
     def set_fragment_length(self, steps: int) -> None:
         """The training runners' fragment length from their next fragment on: the local

@@ -641,6 +641,7 @@ class EnvRunner(SubEnvLifecycle):
             "pid": os.getpid(),
             "weights_version": self.weights_version,
             "fragment_length": self.fragment_length,
+            "num_envs": len(self._envs),
             "num_dead_sub_envs": dead,
             "time": time.time(),
         }

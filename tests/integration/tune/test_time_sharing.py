@@ -2,11 +2,15 @@
 each) on room for 2. Members take turns at their perturbation points (PAUSED seen, Tune's
 rule), every member reaches its stop, no member's perturbation point is more than an
 interval behind another's,
-and a paused member's iterations go on from its checkpoint (no gap, no repeat)."""
+and a paused member's iterations go on from its checkpoint (no gap, no repeat). The tuner
+is SIGKILLed once while a member waits for its turn: its worker restarts it in place and
+it goes on from experiment.json."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -37,6 +41,7 @@ def test_four_members_on_room_for_two_take_turns(make_cluster, tmp_path):
     runner = threading.Thread(target=lambda: out.setdefault("results", tuner.fit()), daemon=True)
     runner.start()
     expfile = tmp_path / "turns" / "experiment.json"
+    killed_pid = 0
     seen_paused: set[str] = set()
     widest = 0.0
     deadline = time.monotonic() + 300
@@ -48,6 +53,9 @@ def test_four_members_on_room_for_two_take_turns(make_cluster, tmp_path):
             continue
         trials = state["trials"]
         seen_paused |= {t for t, v in trials.items() if v["status"] == "PAUSED"}
+        if seen_paused and not killed_pid:  # mid time-sharing: a member waits for its turn
+            killed_pid = int(client.actor("turns/tuner")["pid"])
+            os.kill(killed_pid, signal.SIGKILL)
         running = sum(v["status"] == "RUNNING" for v in trials.values())
         assert running <= 2
         members = state.get("pbt", {}).get("members", {})
@@ -64,6 +72,7 @@ def test_four_members_on_room_for_two_take_turns(make_cluster, tmp_path):
     state = json.loads(expfile.read_text())
     assert state["counters"]["num_pauses"] >= 2 and state["counters"]["num_preemptions"] == 0
     assert state["counters"]["num_trial_failures"] == 0
+    assert killed_pid and state["tuner_incarnation"] > 1  # restarted, and went on from experiment.json
     for tid in state["trials"]:
         its_rows = rows(tmp_path / "turns" / tid)
         assert [r["iteration"] for r in its_rows] == list(range(1, STOP + 1)), tid  # no gap, no repeat
