@@ -8,8 +8,8 @@ A key's facts (`KeyFacts`):
   changes in place (PBT's exploit, `ftrl.config.live_keys`). `rebuild(Part...)`: read
   once, when the named parts are built, so it changes by rebuilding them; an exploit
   rebuilds the parts in `REBUILT_IN_PLACE` (the driver's own parts, the learner thread,
-  the runners' fragment length, the runners themselves), so such a key changes by an
-  exploit too
+  the runners' fragment length, the runners and the learners themselves), so such a
+  key changes by an exploit too
   (`ftrl.config.mutable_keys`). `NEVER`: fixed for a trial (the algorithm, the env, the
   model's shape, the optimizer's type, the observation filter's kind). A key that
   declares nothing is `NEVER`.
@@ -95,10 +95,11 @@ LIVE = Mutability(Change.LIVE)
 NEVER = Mutability(Change.NEVER)
 #: The parts an exploit rebuilds (ftrl.rl.driver.rebuild): the driver's own parts, its
 #: learner thread and the runners' fragment length in the same processes; the runners
-#: (training, evaluation) as new runner processes, since what they build from the key
-#: (their sub-envs, env_config, resources) lives in them. A `rebuild` key naming only
-#: these changes by an exploit as a live key does.
-REBUILT_IN_PLACE = frozenset({Part.DRIVER, Part.LEARNER_THREAD, Part.FRAGMENTS, Part.ENV_RUNNERS, Part.EVAL_RUNNERS})
+#: (training, evaluation) and the learners as new processes, since what they build from
+#: the key (sub-envs, env_config, resources, the learners' timeouts) lives in them; the
+#: learners carry their state over. A `rebuild` key naming only these changes by an
+#: exploit as a live key does: today every part.
+REBUILT_IN_PLACE = frozenset(Part)
 
 
 def rebuild(*parts: Part) -> Mutability:

@@ -534,7 +534,8 @@ class Algorithm:
         run's runners, learners and counters (ftrl.rl.driver.exploit). On the training thread."""
         assert self.learner_access is not None
         info = algo_exploit.exploit(self.run_state, Path(checkpoint), hyperparams or {}, config=self.config,
-                                    spec=self.spec, access=self.learner_access, learner_group=self.learner_group,
+                                    spec=self.spec, access=self.learner_access,
+                                    learner_group=lambda: self.learner_group,
                                     runners=self.runners, sync_weights=self.sync_weights,
                                     rebuild=self.rebuild_in_place, job_name=self.job_name)
         self.hooks.checkpoint_loaded(self)
@@ -558,6 +559,11 @@ class Algorithm:
         keys = list(keys)
         parts = rebuild.rebuild_in_place(self.config, keys, run_state=self.run_state, output=self.output,
                                          learner_access=self.learner_access, runners=self.runners)
+        if str(Part.LEARNER_MESH) in parts and self.learner_access is not None:
+            training = {k: v for k, v in self.run_state.hyperparams.items()
+                        if k in self.config.training_cfg.__dataclass_fields__}
+            with self.learner_paused():
+                self.learner = rebuild.rebuild_learner(self.learner, self.learner_access, self._make_learner, training)
         if str(Part.ENV_RUNNERS) in parts and self.learner_access is not None and self.runners.started:
             self.sync_weights()
         if "callbacks_class" in keys:

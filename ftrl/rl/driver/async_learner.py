@@ -162,6 +162,12 @@ class AsyncLearner:
         """The learner's weights (just loaded by an exploit) are the runners' next ones."""
         self.published = self.learner.get_weights()
 
+    def replace_learner(self, learner: Any, *, in_process: bool) -> None:
+        """Learn with `learner` from the next batch on (the caller holds `paused()`)."""
+        with self.lock:
+            self.learner = learner
+            self._locked_reads = in_process
+
     def start(self) -> None:
         """Publish the learner's weights and start the thread."""
         if self._thread.is_alive() or self._stop.is_set():

@@ -58,6 +58,10 @@ class LearnerAccess(Protocol):
     def publish(self) -> None:
         """The learner's weights changed outside an update: they are the runners' next."""
 
+    def replace_learner(self, learner: Any, *, in_process: bool) -> None:
+        """Go on with another learner (new learners made for a changed learners key), held
+        paused by the caller; `in_process`: it runs in this process (reads need the lock)."""
+
     def start(self) -> None:
         """Begin (the learner is as the run starts from: resumed, restored)."""
 
@@ -99,6 +103,9 @@ class DirectAccess:
 
     def publish(self) -> None:
         """Nothing to do: the runners get the learner's weights."""
+
+    def replace_learner(self, learner: Any, *, in_process: bool) -> None:
+        self.learner = learner
 
     def start(self) -> None:
         """Nothing to start."""

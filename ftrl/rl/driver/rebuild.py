@@ -18,7 +18,11 @@ driver, its learner(s) and whatever else need not change keep their processes:
   ...): what they build from those keys lives in their processes, so they are made again
   from the config (`DriverRunners.rebuild`: new runner processes, failure counters
   carried over); the caller sends them the weights. The driver's callbacks
-  (`callbacks_class`) are the caller's too (`Algorithm.rebuild_in_place`).
+  (`callbacks_class`) are the caller's too (`Algorithm.rebuild_in_place`);
+- the learners (`Part.LEARNER_MESH`: `num_learners`, their resources, timeouts and
+  restart limit): `rebuild_learner` makes them again from the config, in this process or
+  as a learner group of new actors, and carries the committed learner state over
+  (weights, optimizer state, version); the driver and the runners keep their processes.
 
     parts = rebuild_in_place(config, ["train_batch_size"], run_state=..., output=...,
                              learner_access=..., runners=...)
@@ -27,11 +31,12 @@ driver, its learner(s) and whatever else need not change keep their processes:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ftrl.config import AlgorithmConfig
 from ftrl.config.keys import Change, Part, config_facts
+from ftrl.rl.learning.learner_group import LearnerGroup
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +79,31 @@ def rebuild_in_place(config: AlgorithmConfig, keys: Iterable[str], *, run_state:
     if names:
         log.info("rebuilt in place for %s: %s", ", ".join(sorted(keys)), ", ".join(names))
     return names
+
+
+def rebuild_learner(old: Any, access: Any, make_learner: Callable[[], Any], training_keys: Mapping[str, Any]) -> Any:
+    """New learner(s) from the config as it is now (a `Part.LEARNER_MESH` key changed),
+    going on from the committed learner state of `old` (weights, optimizer state,
+    version): an old group's actors are killed first (the new ones take their names,
+    the empty mesh takes their config) and its failure counters go on; `training_keys`,
+    the live keys the run changed, ride along as before. `access` (held paused by the
+    caller) learns with the new one from its next batch. Returns it."""
+    state = access.get_state()
+    _, weights = access.get_weights()
+    counters = old.get_counters() if isinstance(old, LearnerGroup) else None
+    if isinstance(old, LearnerGroup):
+        old.stop(kill=True)
+    new = make_learner()
+    if isinstance(new, LearnerGroup):
+        new.set_state(state, weights=weights)  # loaded by the first epoch it forms
+        if counters is not None:
+            new.set_counters(counters)
+    else:
+        new.set_state(state)
+    if training_keys:
+        new.set_hyperparams(dict(training_keys))
+    access.replace_learner(new, in_process=not isinstance(new, LearnerGroup))
+    log.info("learners made again (%s): going on from weights version %d",
+             f"a group of {new.target}" if isinstance(new, LearnerGroup) else "in the driver's process",
+             int(state["version"]))
+    return new

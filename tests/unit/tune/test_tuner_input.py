@@ -30,8 +30,8 @@ def make(param_space=None, scheduler=None, stop=None, **tune_kwargs):
     ({"param_space": {"lr": {"loguniform": [1e-2, 1e-4]}}}, "lr"),
     ({"param_space": {"minibatch_size": tune.grid_search([128, 512])}}, "minibatch_size"),
     ({"scheduler": tune.PopulationBasedTraining(hyperparam_mutations={"entropy_coef": [0.0, 0.1]})}, "entropy_coef"),
-    ({"scheduler": tune.PopulationBasedTraining(hyperparam_mutations={"num_learners": [1, 2]})},
-     "num_learners"),
+    ({"scheduler": tune.PopulationBasedTraining(hyperparam_mutations={"env": ["CartPole-v1", "Acrobot-v1"]})},
+     "'env'.*fixed for a trial"),
     ({"scheduler": tune.PopulationBasedTraining(quantile_fraction=0.6, hyperparam_mutations={"lr": [1e-3]})},
      "quantile_fraction"),
     ({"num_samples": 0}, "num_samples"),
@@ -45,7 +45,7 @@ def test_bad_experiments_are_refused_naming_the_key(kwargs, match):
 
 def test_pbt_refuses_a_key_fixed_for_a_trial_and_says_why():
     for key, why in (("observation_filter", "fixed for a trial"),
-                     ("num_learners", "read once, when the learner_mesh")):
+                     ("env", "fixed for a trial")):
         with pytest.raises(ftrl.ConfigError, match=rf"hyperparam_mutations\['{key}'\]: .*{why}"):
             ftrl.Tuner(base(), tune_config=ftrl.TuneConfig(scheduler=tune.PopulationBasedTraining(
                 hyperparam_mutations={key: [1, 2]})), run_config=ftrl.RunConfig(name="x"))
