@@ -48,6 +48,11 @@ KEY_KINDS = {  # kind -> (key, values to alternate)
     "fragments": ("rollout_fragment_length", [20, 40]),
     "train_batch_size": ("train_batch_size", [320, 160]),
 }
+#: kinds whose keys make new processes: measured after the in-place ones (whose pids must not change)
+PROCESS_KINDS = {
+    "env_runners": ("num_envs_per_env_runner", [2, 4]),
+    "learners": ("num_learners", [1, 0]),  # into a learner actor and back into the driver
+}
 
 
 def bench_exploit_by_key(repeats: int) -> dict:
@@ -55,7 +60,7 @@ def bench_exploit_by_key(repeats: int) -> dict:
     job = {"algo": "impala", "env": "CartPole-v1", "num_env_runners": 1, "num_envs_per_env_runner": 4,
            "rollout_fragment_length": 40, "train_batch_size": 160, "opt_type": "rmsprop_tf", "epsilon": 0.1,
            "min_time_s_per_iteration": 0.3, "checkpoint_interval": 0, "stop": {"stop_iters": 1_000_000}}
-    cluster = LocalCluster(workers=1, slots=2, env=env_with_repo(), log_level="WARNING", spares=2,
+    cluster = LocalCluster(workers=1, slots=4, env=env_with_repo(), log_level="WARNING", spares=2,
                            preload="ftrl.rl.sampling.env_runner")
     result: dict = {}
     with cluster:
@@ -67,24 +72,30 @@ def bench_exploit_by_key(repeats: int) -> dict:
         donor = client.get_actor("donor/algorithm").options(timeout=60)
         target = client.get_actor("target/algorithm").options(timeout=60)
         pids = {a["name"]: a["pid"] for a in client.actors("target/")}
-        for kind, (key, values) in KEY_KINDS.items():
-            trips, driver_s, rebuilt = [], [], []
-            for i in range(repeats):
-                t0 = time.perf_counter()
-                ck = donor.call("checkpoint_now", 30.0)
-                reply = target.call("exploit", ck["path"], {key: values[i % 2]}, 30.0)
-                trips.append(time.perf_counter() - t0)
-                driver_s.append(float(reply["seconds"]))
-                rebuilt = reply["rebuilt"]
-                time.sleep(0.5)
-            result[kind] = {"key": key, "round_trip_s": summary(trips, 3), "in_driver_s": summary(driver_s, 4),
-                            "parts_rebuilt": rebuilt}
-        result["target_pids_unchanged"] = pids == {a["name"]: a["pid"] for a in client.actors("target/")}
+        for kinds in (KEY_KINDS, PROCESS_KINDS):
+            for kind, (key, values) in kinds.items():
+                trips, driver_s, rebuilt = [], [], []
+                for i in range(repeats):
+                    t0 = time.perf_counter()
+                    ck = donor.call("checkpoint_now", 30.0)
+                    reply = target.call("exploit", ck["path"], {key: values[i % 2]}, 60.0)
+                    trips.append(time.perf_counter() - t0)
+                    driver_s.append(float(reply["seconds"]))
+                    rebuilt = reply["rebuilt"]
+                    time.sleep(0.5)
+                result[kind] = {"key": key, "round_trip_s": summary(trips, 3), "in_driver_s": summary(driver_s, 4),
+                                "parts_rebuilt": rebuilt}
+            if kinds is KEY_KINDS:
+                result["target_pids_unchanged"] = pids == {a["name"]: a["pid"] for a in client.actors("target/")}
+        rows = read_rows(out_dir / "target")
+        result["target_iterations_contiguous"] = [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
         for name in ("donor", "target"):
             client.stop(name, wait=True, timeout=60)
-    result["setup"] = ("IMPALA CartPole, rmsprop_tf, 1 env runner x 4 envs per job, 2 jobs on one 2-slot worker; "
+    result["setup"] = ("IMPALA CartPole, rmsprop_tf, 1 env runner x 4 envs per job, 2 jobs on one 4-slot worker; "
                        "round trip = checkpoint_now on the donor + exploit on the target, each at its next "
-                       "iteration boundary (iterations of >= 0.3 s)")
+                       "iteration boundary (iterations of >= 0.3 s); env_runners and learners make new "
+                       "processes (the in-driver time includes creating the runner; new learners load the "
+                       "state at their first step, after the exploit returned)")
     return result
 
 

@@ -39,8 +39,12 @@ JOB = "soak"
 
 
 def _rss_mb(pid: int | None) -> float | None:
+    """The RSS of `pid`; None for no process, a gone one, or a killed one not reaped yet."""
     try:
-        return psutil.Process(pid).memory_info().rss / 1e6 if pid else None
+        if not pid:
+            return None
+        process = psutil.Process(pid)
+        return None if process.status() == psutil.STATUS_ZOMBIE else process.memory_info().rss / 1e6
     except psutil.Error:
         return None
 
