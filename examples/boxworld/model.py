@@ -1,8 +1,11 @@
 """A relational model for BoxWorld, in the spirit of seed 002's (a CNN plus a relational
 transformer with layer norm): each cell becomes a token (its features, a 1x1 convolution,
 plus a learned position embedding), `num_blocks` blocks of multi-head self-attention over
-the tokens with layer norm and a feed-forward layer, then a max over the tokens feeds the
-policy and value heads. A custom model by import path:
+the tokens with layer norm and a feed-forward layer, then the tokens feed the policy and
+value heads: all of them, in cell order (`pooling="flatten"`, the default), or their
+feature-wise max (`pooling="max"`, as Zambaldi et al.). On 2 cores the max learned far
+slower here: IMPALA with Adam on the 4x4 room solved 35-41% of episodes after ~0.9M env
+steps (a random policy: 34%) against 51-72% with "flatten". A custom model by import path:
 `model={"custom_model": "examples.boxworld.model:RelationalNet", "custom_model_config": {...}}`.
 """
 
@@ -32,20 +35,25 @@ class RelationalNet(nn.Module):
     """obs [B, N, N, C] -> (logits [B, num_outputs], value [B])."""
 
     def __init__(self, obs_shape: tuple[int, ...], num_outputs: int, width: int = 64, heads: int = 2,
-                 num_blocks: int = 2) -> None:
+                 num_blocks: int = 2, pooling: str = "flatten", hidden: int = 256) -> None:
         super().__init__()
         rows, cols, channels = obs_shape
+        if pooling not in ("flatten", "max"):
+            raise ValueError(f"pooling must be 'flatten' or 'max', got {pooling!r}")
         self.embed = nn.Linear(channels, width)  # a 1x1 convolution over the cells
         self.position = nn.Parameter(torch.zeros(rows * cols, width))
         nn.init.normal_(self.position, std=0.1)
         self.blocks = nn.ModuleList(RelationalBlock(width, heads) for _ in range(num_blocks))
         self.norm = nn.LayerNorm(width)
-        self.policy = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, num_outputs))
-        self.value = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+        self.pooling = pooling
+        pooled = width if pooling == "max" else width * rows * cols
+        self.policy = nn.Sequential(nn.Linear(pooled, hidden), nn.ReLU(), nn.Linear(hidden, num_outputs))
+        self.value = nn.Sequential(nn.Linear(pooled, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = self.embed(obs.flatten(1, 2)) + self.position
         for block in self.blocks:
             tokens = block(tokens)
-        pooled = self.norm(tokens).max(dim=1).values
+        tokens = self.norm(tokens)
+        pooled = tokens.max(dim=1).values if self.pooling == "max" else tokens.flatten(1)
         return self.policy(pooled), self.value(pooled).squeeze(-1)

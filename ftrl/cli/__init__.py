@@ -190,10 +190,29 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: the commands that import user code by import path (envs, models, callbacks) here or
+#: in the processes they start
+USER_CODE_COMMANDS = ("train", "evaluate", "tune", "worker")
+
+
+def put_cwd_on_import_path() -> None:
+    """User code named by import path (`examples.boxworld.env:BoxWorld`) is found from the
+    directory the command runs in, as `python -m` finds it, in this process and in the
+    processes it starts (an embedded cluster's workers and actors: PYTHONPATH)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if cwd not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
+
+
 def main(argv: list[str] | None = None) -> int:
     from ftrl.util.runtime import setup_logging
 
     args = build_parser().parse_args(argv)
+    if args.command in USER_CODE_COMMANDS:
+        put_cwd_on_import_path()
     if args.verbose:
         args.log_level = "DEBUG"
     setup_logging(args.log_level, f"ftrl-{args.command}")

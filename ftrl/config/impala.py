@@ -80,6 +80,11 @@ class IMPALATrainingConfig(TrainingConfig):
     momentum: float = option(0.0, "rmsprop: momentum", check=unit_interval, change=LIVE)
     epsilon: float = option(1e-7, "optimizer epsilon (Adam's and RMSProp's; see opt_type for where RMSProp "
                             "adds it)", check=positive_float, change=LIVE)
+    loss_reduction: str = option(
+        "mean", "the loss over a batch's steps: mean, or sum (as RLlib's TF IMPALA and the IMPALA paper's agent: "
+        "gradients, the clip and an optimizer epsilon then act on the sum, so their epsilon and grad_clip "
+        "mean what they meant there)", check=one_of("mean", "sum"), change=LIVE,
+    )
     deterministic: bool = option(
         False, "a policy lag of exactly 1 (as Cleanba): every update learns on one fragment of each runner "
         "sampled with the weights before the last update, in runner order; a run reproduces bit for bit "

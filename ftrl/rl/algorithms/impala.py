@@ -270,6 +270,7 @@ class IMPALALearner(Learner):
         columns = [(g, c) for g, b in enumerate(batches) for c in range(b["rewards"].shape[1])]
         stats: dict[str, float] = {}
         grad_norms: list[float] = []
+        summed = hp.loss_reduction == "sum"  # RLlib's TF IMPALA: the gradient of the summed loss
         self.model.train()
         for _ in range(hp.num_epochs):
             parts = [np.arange(len(columns))] if steps == 1 else np.array_split(self.rng.permutation(len(columns)),
@@ -283,9 +284,9 @@ class IMPALALearner(Learner):
                     for key, value in step_stats.items():
                         stats[key] = stats.get(key, 0.0) + float(value)
                 if total is None or n_part == 0:  # an empty share of this step: contribute nothing
-                    grad_norms.append(self.apply_gradient(None, 0, reduce_buf))
+                    grad_norms.append(self.apply_gradient(None, 0, reduce_buf, summed=summed))
                     continue
-                grad_norms.append(self.apply_gradient(total / n_part, n_part, reduce_buf))
+                grad_norms.append(self.apply_gradient(total / n_part, n_part, reduce_buf, summed=summed))
         self.model.eval()
         self.version += 1
         self.num_updates += 1

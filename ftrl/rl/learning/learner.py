@@ -169,23 +169,28 @@ class Learner:
         return torch.zeros(self._flat_grad.numel() + 1, device=self.device)
 
     def apply_gradient(self, loss: torch.Tensor | None, n_local: int,
-                       reduce_buf: torch.Tensor | None = None) -> float:
-        """Backward, (mesh: sum [grad * n, n] over ranks and take the global mean), clip
-        to `grad_clip`, step; returns the gradient norm before clipping. `loss` None:
-        this rank has no samples in this step (it contributes zeros). Every rank
-        computes the same norm from the same gradient."""
+                       reduce_buf: torch.Tensor | None = None, summed: bool = False) -> float:
+        """Backward on `loss`, the mean over this rank's `n_local` samples, (mesh: sum
+        [grad * n, n] over ranks and take the global mean), with `summed` times the
+        number of samples (the gradient of the loss summed over the steps), clip to
+        `grad_clip`, step; returns the gradient norm before clipping. `loss` None: this
+        rank has no samples in this step (it contributes zeros). Every rank computes the
+        same norm from the same gradient."""
         self._flat_grad.zero_()
         if loss is not None:
             loss.backward()
+        samples = float(n_local)
         if self.allreduce is not None and reduce_buf is not None:
             body = reduce_buf[:-1]
             torch.mul(self._flat_grad, float(n_local), out=body)
             reduce_buf[-1] = float(n_local)
             self.allreduce(reduce_buf)
-            total = float(reduce_buf[-1])
-            if total <= 0:
+            samples = float(reduce_buf[-1])
+            if samples <= 0:
                 return 0.0  # nobody had samples in this step
-            torch.div(body, total, out=self._flat_grad)
+            torch.div(body, samples, out=self._flat_grad)
+        if summed:
+            self._flat_grad.mul_(samples)
         grad_norm = float(torch.linalg.vector_norm(self._flat_grad))
         clip = self.hp.grad_clip
         if clip is not None and grad_norm > clip:

@@ -117,3 +117,32 @@ def test_worker_gives_up_on_a_coordinator_it_cannot_join(tmp_path, address, word
     assert f"could not join the coordinator at {address}" in proc.stderr and words in proc.stderr
     assert "--connect-timeout" in proc.stderr and "Traceback" not in proc.stderr
     assert took < 30  # bounded: not a retry for ever
+
+
+def test_train_finds_user_code_in_the_directory_it_runs_in(tmp_path):
+    """An env and callbacks named by import path from a module in the working directory
+    (as `python -m` finds it): found by `ftrl train` and by the runner actors of its
+    embedded cluster."""
+    (tmp_path / "my_project_envs.py").write_text(
+        "import gymnasium as gym\n\n"
+        "class Corridor(gym.Env):\n"
+        "    def __init__(self, config):\n"
+        "        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,))\n"
+        "        self.action_space = gym.spaces.Discrete(2)\n"
+        "        self.length = int(config.get('length', 5))\n"
+        "    def reset(self, *, seed=None, options=None):\n"
+        "        self.pos = 0\n"
+        "        return [0.0], {}\n"
+        "    def step(self, action):\n"
+        "        self.pos += 1\n"
+        "        done = self.pos >= self.length\n"
+        "        return [self.pos / self.length], float(done), done, False, {}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTRL_") and k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [*_ftrl(), "train", "--env", "my_project_envs:Corridor", "--set", "env_config={length=4}",
+         "--num-env-runners", "1", "--stop-iters", "2", "--output", str(tmp_path / "run"), "--quiet"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2] and rows[-1]["episode_len_mean"] == 4
+    assert rows[-1]["num_healthy_env_runners"] == 1

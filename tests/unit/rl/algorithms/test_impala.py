@@ -89,6 +89,27 @@ def test_optimizer_keys_are_read_at_every_update():
     assert float(learner.optimizer.state[learner._flat]["momentum_buffer"].abs().sum()) > 0
 
 
+def test_a_summed_loss_is_the_mean_loss_times_the_steps_and_is_clipped_as_a_sum():
+    """loss_reduction="sum" (RLlib's TF IMPALA): the same batch and weights give a gradient
+    n times the mean's (n valid steps), which grad_clip then clips; live, so PBT can move it."""
+    norms = {}
+    for reduction in ("mean", "sum"):
+        cfg = _config(IMPALAConfig, opt_type="rmsprop_tf", loss_reduction=reduction, grad_clip=None, seed=3)
+        learner = IMPALALearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+        out = learner.update(_fragments(_config(IMPALAConfig, seed=3), learner))
+        norms[reduction] = (out["grad_norm"], out["num_samples"])
+    (mean_norm, n), (sum_norm, _) = norms["mean"], norms["sum"]
+    assert sum_norm == pytest.approx(n * mean_norm, rel=1e-4)
+    cfg = _config(IMPALAConfig, opt_type="rmsprop_tf", loss_reduction="sum", grad_clip=40.0, seed=3)
+    learner = IMPALALearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+    before = learner.get_weights()[1]
+    learner.update(_fragments(_config(IMPALAConfig, seed=3), learner))
+    moved = np.abs(learner.get_weights()[1] - before).max()
+    # TF's RMSProp, its average starting at 1: the first step is at most lr * clipped gradient / sqrt(~1)
+    assert 0 < moved <= cfg.training_cfg.lr * 40.0 / np.sqrt(0.99) + 1e-6
+    assert "loss_reduction" in ftrl.config.live_keys("IMPALA")
+
+
 @pytest.mark.parametrize("opt_type", ["adam", "rmsprop", "rmsprop_tf"])
 def test_impala_update_learns_and_bumps_version(opt_type):
     cfg = _config(IMPALAConfig, opt_type=opt_type, lr=1e-3)
