@@ -5,7 +5,7 @@ their perturbation points), runners asking for `spot` workers and drivers for
 `ondemand` ones (the embedded cluster offers both; on a real cluster, start workers with
 `ftrl worker --resources spot=16` and `--resources ondemand=1`).
 
-    python examples/boxworld/pbt.py [--members 4] [--minutes 10] [--coordinator HOST:PORT]
+    python -m examples.boxworld.pbt [--members 4] [--minutes 10] [--coordinator HOST:PORT]
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ SCHEMA_VERSION = 1
 DB_NAME = "coordinator.sqlite"
 LOCK_NAME = "coordinator.lock"
 TABLES = ("nodes", "actors", "jobs")
-#: Results kept per job (older rows are deleted; a row is ~1 KB).
+#: Results kept per job (older rows are deleted; a row is 1-10 KB: ~7 KB with learner stats).
 MAX_RESULTS_PER_JOB = 100_000
 
 #: Migrations: MIGRATIONS[v] takes a database at schema v to v + 1.

@@ -97,6 +97,7 @@ def test_today_s_mesh_keys_stay_covered():
     impala = {"algo", "model", "lr", "lr_schedule", "gamma", "grad_clip", "vtrace", "vtrace_clip_rho_threshold",
               "vtrace_clip_pg_rho_threshold", "vf_loss_coeff", "entropy_coeff", "num_epochs", "minibatch_size",
               "opt_type", "decay", "momentum", "epsilon", "num_gpus_per_learner"}
+    impala |= {"loss_reduction"}  # added since: the learners of one mesh must sum (or average) alike
     appo = impala | {"clip_param", "use_kl_loss", "kl_coeff", "kl_target", "target_network_update_freq", "tau"}
     assert set(mesh_keys(PPOConfig)) == ppo
     assert set(mesh_keys(IMPALAConfig)) == impala
@@ -143,7 +144,7 @@ def test_live_keys_are_exactly_today_s():
                     "vf_loss_coeff", "vf_clip_param", "entropy_coeff", "normalize_advantages", "adam_epsilon"}
     impala = common | {"num_epochs", "minibatch_size", "vtrace", "vtrace_clip_rho_threshold",
                        "vtrace_clip_pg_rho_threshold", "vf_loss_coeff", "entropy_coeff", "epsilon", "decay",
-                       "momentum"}
+                       "momentum", "loss_reduction"}
     appo = impala | {"clip_param", "use_kl_loss", "kl_target", "target_network_update_freq", "tau"}
     assert live_keys("PPO") == ppo and live_keys("impala") == impala and live_keys("Appo") == appo
     with pytest.raises(ConfigError, match=r"unknown algorithm 'PPX'; known: \['APPO', 'IMPALA', 'PPO'\]"):

@@ -26,6 +26,7 @@ class FakeCoordinator:
         self.calls: list[dict[str, Any]] = []
         self.failed = 0
         self.failed_at: list[float] = []  # monotonic times of the failed calls
+        self.failed_batches: list[list[int]] = []  # the iterations of the rows each failed call carried
         self.down = False
         self.fail_next = 0  # calls to fail (as unreachable) even when up
         self.error: type[Exception] | None = None  # raised (when down) instead of "unreachable"
@@ -46,6 +47,7 @@ class FakeCoordinator:
             self.fail_next = max(0, self.fail_next - 1)
             self.failed += 1
             self.failed_at.append(time.monotonic())
+            self.failed_batches.append([row.get("iteration") for row in rows])
             if self.error is not None:
                 raise self.error("the coordinator failed the call")
             raise (ActorUnavailableError if self.failed % 2 else FtrlTimeoutError)("coordinator unreachable")
@@ -317,6 +319,8 @@ def test_driver_keeps_training_while_the_coordinator_is_down(tmp_path):
     # state writer wrote it, a moment later (longer on a loaded machine)
     rows = tmp_path / "metrics.jsonl"
     _until(lambda: rows.exists() and len(rows.read_text().splitlines()) >= 5, timeout=30, what="row 5 on disk")
+    # and the link holds it: a retry carried it (newest first), so no call in flight has an older one
+    _until(lambda: [5] in fake.failed_batches, timeout=30, what="a retry carrying row 5")
     assert fake.calls == []
     assert not driver._done.is_set()  # waits for the final report to be taken
     fake.down = False
