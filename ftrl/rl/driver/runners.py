@@ -97,22 +97,15 @@ class DriverRunners:
             return
         counters = self.counters()
         if training:
-            old_local, old_group = self.local, self.group
+            old_group = self.group
+            _stop_runners(self.local, self.group)
             self.local = self.group = None
-            if old_local is not None:
-                old_local.stop()
-            if old_group is not None:
-                old_group.stop(kill=True)
             self._start_training(None)
             if keep_scale and old_group is not None and self.group is not None:
                 self.group.scale(old_group.target)
         if evaluation:
-            old_local, old_group = self.eval_local, self.eval_group
+            _stop_runners(self.eval_local, self.eval_group)
             self.eval_local = self.eval_group = None
-            if old_local is not None:
-                old_local.stop()
-            if old_group is not None:
-                old_group.stop(kill=True)
             self._start_evaluation(None)
         self.restore_counters({k: v for k, v in counters.items()
                                if (training and k != "eval_runners") or (evaluation and k == "eval_runners")})
@@ -237,3 +230,11 @@ class DriverRunners:
         for group in (self.group, self.eval_group):
             if group is not None:
                 group.stop(kill=kill)
+
+
+def _stop_runners(local: EnvRunner | None, group: EnvRunnerGroup | None) -> None:
+    """Stop a local runner and kill a group's runner actors (either may be None)."""
+    if local is not None:
+        local.stop()
+    if group is not None:
+        group.stop(kill=True)
