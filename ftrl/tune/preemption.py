@@ -26,9 +26,17 @@ WAITING = frozenset({ActorState.PENDING, ActorState.RESTARTING})
 
 
 def waits_for_a_lost_node(actor: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> bool:
-    """Whether `actor` waits (PENDING, RESTARTING) on a node that is not ALIVE, or on none."""
-    node = nodes.get(actor.get("node_id") or "")
-    return actor["state"] in WAITING and (node is None or node["state"] != NodeState.ALIVE)
+    """Whether `actor` waits (PENDING, RESTARTING) on a node that is not ALIVE, or is
+    RESTARTING on none (moved off a lost node, no room elsewhere). A PENDING actor on no
+    node was never placed: it waits for room (a trial started in the room another frees),
+    not for a lost node."""
+    if actor["state"] not in WAITING:
+        return False
+    node_id = actor.get("node_id") or ""
+    if not node_id:
+        return actor["state"] == ActorState.RESTARTING
+    node = nodes.get(node_id)
+    return node is None or node["state"] != NodeState.ALIVE
 
 
 def role_of(actor_name: str) -> str:

@@ -22,7 +22,8 @@ class Clock:
 def test_what_waits_for_a_lost_node():
     assert waits_for_a_lost_node(actor("t/env_runner/0", "RESTARTING", "lost"), NODES)
     assert waits_for_a_lost_node(actor("t/env_runner/0", "PENDING", "draining"), NODES)
-    assert waits_for_a_lost_node(actor("t/learner/0", "PENDING"), NODES)  # no node has room
+    assert waits_for_a_lost_node(actor("t/learner/0", "RESTARTING"), NODES)  # moved off, no room elsewhere
+    assert not waits_for_a_lost_node(actor("t/algorithm", "PENDING"), NODES)  # never placed: waits for room
     assert waits_for_a_lost_node(actor("t/learner/0", "PENDING", "forgotten"), NODES)
     assert not waits_for_a_lost_node(actor("t/env_runner/0", "PENDING", "up"), NODES)  # starting
     assert not waits_for_a_lost_node(actor("t/env_runner/0", "ALIVE", "lost"), NODES)  # not waiting (yet)
