@@ -139,7 +139,9 @@ class TuneController:
         self.exploits = self._population_exploits(state, set(spec.get("live_keys") or []))
         self.lost_nodes = LostNodeWatch()
         self._short_of: dict[str, set[str]] = {}  # trial id -> its actors stranded now (it trains on)
-        self._at_point: set[str] = set()  # running trials at a perturbation point: they may yield their turn
+        # running trials at a perturbation point: they may yield their turn (saved: a tuner
+        # restarted between a member's point and its turn would otherwise wait a whole interval)
+        self._at_point: set[str] = set(state.get("at_point") or [])
         self._stopping: dict[str, StopCause] = {}  # trial id -> why the tuner stopped its job
         self._stop = threading.Event()
         self._stop_cause: TunerStop | None = None
@@ -167,7 +169,7 @@ class TuneController:
                                     "counters": self.all_counters(), "tuner_incarnation": self.incarnation}
         if self.exploits is not None:
             sections.update(pbt=self.exploits.population.to_dict(), pending_exploits=dict(self.exploits.pending),
-                            skips=list(self.exploits.skips))
+                            skips=list(self.exploits.skips), at_point=sorted(self._at_point))
         self.store.save(**sections)
 
     # ------------------------------------------------------------------ the loop
@@ -387,7 +389,7 @@ class TuneController:
             return False
         self._at_point -= {t.trial_id for t in ready}  # each point is looked at once
         running = [t for t in self.trials.values() if t.status == TrialStatus.RUNNING]
-        free = free_resources(nodes, all_actors, self.trials, running)
+        free = free_resources(nodes, all_actors, running)
         pairs = yields(ready, waiting, self._times() or {}, free)
         for trial, behind in pairs:
             self._yield(trial, behind)
@@ -446,7 +448,7 @@ class TuneController:
         if not queue:
             return False
         running = [t for t in self.trials.values() if t.status == TrialStatus.RUNNING]
-        free = free_resources(nodes, all_actors, self.trials, running)
+        free = free_resources(nodes, all_actors, running)
         changed = False
         for trial in to_start(queue, free, len(running), self.max_concurrent):
             if not self._start(trial, jobs.get(trial.trial_id)):

@@ -3,16 +3,18 @@ actor dicts `Client.nodes()` and `Client.actors()` return), tested without a clu
 
 A trial holds its resources (`Trial.resources`: what its driver, runners and learners
 take: CPUs, GPUs and custom resources) whole while it runs, whether or not its actors
-exist yet. Room is what the ALIVE nodes have (every kind they advertise) minus what other
-jobs' live actors hold and what this experiment's RUNNING trials hold. Trials start in queue order (those that ran before first: pre-empted, failed or
-paused ones go back to the front), while the front one fits and fewer than
-max_concurrent_trials run; the front of the queue waits for room, none jumps it.
+exist yet. Room is what the ALIVE nodes have (every kind they advertise) minus what this
+experiment's RUNNING trials hold and what every other live actor holds (other jobs', and
+a stopping trial's until its actors are gone). Trials start in queue order (those that
+ran before first: pre-empted, failed or paused ones go back to the front), while the
+front one fits and fewer than max_concurrent_trials run; the front of the queue waits
+for room, none jumps it.
 Imports no torch and no client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ftrl.coordinator.records import ActorState, NodeState
@@ -47,17 +49,21 @@ def owner_of(actor_name: str) -> str:
 
 
 def free_resources(nodes: Mapping[str, Mapping[str, Any]], actors: Iterable[Mapping[str, Any]],
-                   trial_ids: Collection[str], running: Iterable[Trial]) -> dict[str, float]:
-    """Every resource kind of the ALIVE nodes not used by other jobs' live actors nor held
-    by the `running` trials (counted whole). `trial_ids`: every trial of the experiment
-    (their actors are counted through `running` instead)."""
+                   running: Iterable[Trial]) -> dict[str, float]:
+    """Every resource kind of the ALIVE nodes not held by the `running` trials (counted
+    whole) nor by any other live actor on them: other jobs', and those of this
+    experiment's trials that are not running but still stop (a member that yielded its
+    turn holds its room until its actors are gone: the next one starting into that room
+    would only wait for it)."""
+    running = list(running)
     alive = {nid for nid, node in nodes.items() if node["state"] == NodeState.ALIVE}
     free = dict.fromkeys(RESOURCE_KINDS, 0.0)
     for nid in alive:
         for key, amount in nodes[nid].get("resources", {}).items():
             free[key] = free.get(key, 0.0) + float(amount)
+    running_ids = {t.trial_id for t in running}
     for actor in actors:
-        if owner_of(actor["name"]) in trial_ids or actor["state"] == ActorState.DEAD:
+        if owner_of(actor["name"]) in running_ids or actor["state"] == ActorState.DEAD:
             continue
         if actor.get("node_id") not in alive:
             continue

@@ -17,8 +17,8 @@ def node(state: str = "ALIVE", cpu: float = 4.0, gpu: float = 0.0) -> dict:
     return {"state": state, "resources": {"cpu": cpu, "gpu": gpu}}
 
 
-def actor(name: str, node_id: str, cpu: float = 1.0, state: str = "ALIVE", gpu: float = 0.0) -> dict:
-    return {"name": name, "node_id": node_id, "state": state, "resources": {"cpu": cpu, "gpu": gpu}}
+def actor(name: str, node_id: str, cpu: float = 1.0, state: str = "ALIVE", gpu: float = 0.0, **custom: float) -> dict:
+    return {"name": name, "node_id": node_id, "state": state, "resources": {"cpu": cpu, "gpu": gpu, **custom}}
 
 
 def test_the_queue_puts_trials_that_ran_before_first():
@@ -32,7 +32,7 @@ def test_the_queue_puts_trials_that_ran_before_first():
     assert [t.index for t in order] == [2, 1, 0, 4]
 
 
-def test_free_resources_count_alive_nodes_less_other_jobs_and_running_trials():
+def test_free_resources_count_alive_nodes_less_other_jobs_running_trials_and_stopping_ones():
     nodes = {"a": node(cpu=4, gpu=1), "b": node(cpu=8), "lost": node("LOST", cpu=16, gpu=4)}
     actors = [
         actor("other/algorithm", "a", cpu=1),  # another job's
@@ -40,12 +40,15 @@ def test_free_resources_count_alive_nodes_less_other_jobs_and_running_trials():
         actor("other/learner/0", "a", cpu=0, gpu=1),
         actor("gone/algorithm", "b", cpu=3, state="DEAD"),  # dead: holds nothing
         actor("stranded/algorithm", "lost", cpu=5),  # on a node that is not ALIVE
-        actor("exp-0/env_runner/0", "b", cpu=2),  # ours: counted through the trial instead
+        actor("exp-0/env_runner/0", "b", cpu=2),  # a running trial's: counted through the trial instead
+        actor("exp-1/algorithm", "b", cpu=1, ondemand=0.5),  # a trial that yielded, still stopping: holds its room
+        actor("exp-1/env_runner/0", "b", cpu=1, state="DEAD"),  # ... and the actor it already released
     ]
     running = [trial(0, TrialStatus.RUNNING, cpu=3)]
-    free = free_resources(nodes, actors, {"exp-0", "exp-1"}, running)
-    assert free == {"cpu": 12 - 1 - 2 - 3, "gpu": 0.0}
-    assert free_resources({}, [], set(), []) == {"cpu": 0.0, "gpu": 0.0}
+    nodes["b"]["resources"]["ondemand"] = 1.0
+    free = free_resources(nodes, actors, running)
+    assert free == {"cpu": 12 - 1 - 2 - 3 - 1, "gpu": 0.0, "ondemand": 0.5}
+    assert free_resources({}, [], []) == {"cpu": 0.0, "gpu": 0.0}
 
 
 def test_trials_start_in_order_while_they_fit():
@@ -87,15 +90,15 @@ def test_a_cluster_fills_and_the_queue_waits():
     actors = [actor("other/algorithm", "a", cpu=1)]
     queue = start_order(trials)
     running: list[Trial] = []
-    started = to_start(queue, free_resources(nodes, actors, {t.trial_id for t in trials}, running), 0, None)
+    started = to_start(queue, free_resources(nodes, actors, running), 0, None)
     assert [t.index for t in started] == [0, 1]
     for t in started:
         t.status, t.started_at = TrialStatus.RUNNING, 1.0
     running = [t for t in trials if t.status == TrialStatus.RUNNING]
-    free = free_resources(nodes, actors, {t.trial_id for t in trials}, running)
+    free = free_resources(nodes, actors, running)
     assert free["cpu"] == 0.0 and to_start(start_order(trials), free, len(running), None) == []
     nodes["b"] = node(cpu=2)  # a node joins
-    free = free_resources(nodes, actors, {t.trial_id for t in trials}, running)
+    free = free_resources(nodes, actors, running)
     assert [t.index for t in to_start(start_order(trials), free, len(running), None)] == [2]
 
 
@@ -112,8 +115,8 @@ def test_custom_resources_are_room_too():
     nodes = {"head": {"state": "ALIVE", "resources": {"cpu": 4.0, "gpu": 0.0, "ondemand": 4.0}},
              "spot": {"state": "ALIVE", "resources": {"cpu": 4.0, "gpu": 0.0, "spot": 2.0}}}
     other = [{"name": "x/env_runner/0", "node_id": "spot", "state": "ALIVE", "resources": {"cpu": 1.0, "spot": 1.0}}]
-    free = free_resources(nodes, other, set(), [])
+    free = free_resources(nodes, other, [])
     assert free == {"cpu": 7.0, "gpu": 0.0, "ondemand": 4.0, "spot": 1.0}
     assert not fits(need, free)  # 3 spot wanted, 1 free
     nodes["spot"]["resources"]["spot"] = 8.0
-    assert fits(need, free_resources(nodes, other, set(), []))
+    assert fits(need, free_resources(nodes, other, []))
