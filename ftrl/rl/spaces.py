@@ -1,19 +1,24 @@
 """Which spaces the models handle, and how observations become flat vectors.
 
 Observations are encoded to flat float32 vectors: Box (any shape) is flattened,
-Discrete becomes one-hot, MultiBinary becomes 0/1 floats. Actions may be Discrete or
-Box. Any other space (Dict, Tuple, Text, Graph, MultiDiscrete...) is a ConfigError.
-This module imports no torch, so sub-env child processes can use it.
+Discrete becomes one-hot, MultiBinary becomes 0/1 floats, and a Dict or Tuple of them
+(nested; "struct") has its leaves side by side, an `action_mask` key last
+(`ftrl.rl.space_parts`). Actions may be Discrete, Box, or "multi": MultiDiscrete, or a
+Tuple or Dict of Discrete, MultiDiscrete and Box. Any other space (Text, Graph...) is a
+ConfigError. This module imports no torch, so sub-env child processes can use it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from ftrl.rl.space_parts import ActionTree, ActPart, ObsPart, StructWriter, act_parts, obs_parts
 from ftrl.wire.errors import ConfigError
 
 
@@ -21,20 +26,27 @@ from ftrl.wire.errors import ConfigError
 class SpaceSpec:
     """What the model needs to know about an env's spaces (msgpack-able via to_dict)."""
 
-    obs_kind: str  # "box" | "discrete" | "multibinary"
+    obs_kind: str  # "box" | "discrete" | "multibinary" | "struct"
     obs_shape: tuple[int, ...]
     obs_dim: int
-    act_kind: str  # "discrete" | "box"
+    act_kind: str  # "discrete" | "box" | "multi"
     act_shape: tuple[int, ...]
-    act_dim: int  # number of actions (discrete) or flat action size (box)
-    act_low: tuple[float, ...] = ()
+    act_dim: int  # number of actions (discrete), flat action size (box), logits and means (multi)
+    act_low: tuple[float, ...] = ()  # bounds of the box (multi: of its box parts, in order)
     act_high: tuple[float, ...] = ()
     #: "uint8" for byte observations (pixels: a CNN scales them to [0, 1]); "float32"
     #: for every other kind (all arrive as float32 rows)
     obs_dtype: str = "float32"
+    obs_parts: tuple[ObsPart, ...] = ()  # "struct": the leaves' columns
+    mask_dim: int = 0  # the last columns of a row that are the action mask (0: none)
+    act_parts: tuple[ActPart, ...] = ()  # "multi": the leaves of the action
+    act_tree: Any = None  # "multi": the action's nesting (ftrl.rl.space_parts.ActionTree)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["obs_parts"] = [p.to_list() for p in self.obs_parts]
+        d["act_parts"] = [[p.kind, p.size] for p in self.act_parts]
+        d["act_tree"] = _thaw(self.act_tree)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
@@ -49,11 +61,60 @@ class SpaceSpec:
             act_low=tuple(float(x) for x in d.get("act_low", ())),
             act_high=tuple(float(x) for x in d.get("act_high", ())),
             obs_dtype=str(d.get("obs_dtype", "float32")),
+            obs_parts=tuple(ObsPart.from_list(p) for p in d.get("obs_parts", ())),
+            mask_dim=int(d.get("mask_dim", 0)),
+            act_parts=tuple(ActPart(str(k), int(n)) for k, n in d.get("act_parts", ())),
+            act_tree=_freeze(d.get("act_tree")),
         )
 
     @property
+    def input_dim(self) -> int:
+        """The columns of a row the model reads (all but the action mask)."""
+        return self.obs_dim - self.mask_dim
+
+    @property
+    def action_parts(self) -> tuple[ActPart, ...]:
+        """The action's leaves (one for Discrete and Box)."""
+        if self.act_kind == "multi":
+            return self.act_parts
+        return (ActPart(self.act_kind, self.act_dim),)
+
+    @property
+    def box_dim(self) -> int:
+        """How many Gaussian action values there are (each with a log std)."""
+        return sum(p.size for p in self.action_parts if p.kind == "box")
+
+    @property
+    def all_discrete(self) -> bool:
+        return all(p.kind == "discrete" for p in self.action_parts)
+
+    @property
     def action_dtype(self) -> np.dtype:
-        return np.dtype(np.int64) if self.act_kind == "discrete" else np.dtype(np.float32)
+        return np.dtype(np.int64) if self.all_discrete else np.dtype(np.float32)
+
+    @property
+    def action_row_shape(self) -> tuple[int, ...]:
+        """The shape of one action in a batch: () for Discrete, (columns,) otherwise."""
+        if self.act_kind == "discrete":
+            return ()
+        if self.act_kind == "box":
+            return (self.act_dim,)
+        return (sum(1 if p.kind == "discrete" else p.size for p in self.act_parts),)
+
+    def unfiltered_columns(self) -> list[int]:
+        """The columns an observation filter leaves as they are (one-hot, 0/1, pixel and
+        action-mask parts)."""
+        return [c for p in self.obs_parts if p.kind != "box" or p.dtype == "uint8" or p.path == "action_mask"
+                for c in range(p.offset, p.offset + p.dim)]
+
+
+def _freeze(tree: Any) -> Any:
+    """An action tree as nested tuples (hashable: the spec is)."""
+    return tuple(_freeze(x) for x in tree) if isinstance(tree, (list, tuple)) else tree
+
+
+def _thaw(tree: Any) -> Any:
+    return [_thaw(x) for x in tree] if isinstance(tree, (list, tuple)) else tree
 
 
 def space_spec(observation_space: gym.Space, action_space: gym.Space) -> SpaceSpec:
@@ -66,32 +127,53 @@ def space_spec(observation_space: gym.Space, action_space: gym.Space) -> SpaceSp
     elif isinstance(observation_space, gym.spaces.MultiBinary):
         obs_kind, obs_shape = "multibinary", tuple(np.atleast_1d(observation_space.n))
         obs_dim = int(np.prod(obs_shape))
+    elif isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        parts, mask_dim = obs_parts(observation_space)
+        obs_dim = parts[-1].offset + parts[-1].dim
+        return _with_action(SpaceSpec("struct", (obs_dim,), obs_dim, "discrete", (), 1, obs_parts=parts,
+                                      mask_dim=mask_dim), action_space)
     else:
         raise ConfigError(
-            f"observation space {observation_space} is not supported by the MLP model: use "
-            "Box, Discrete or MultiBinary (flatten Dict/Tuple spaces with "
-            "gymnasium.wrappers.FlattenObservation)"
+            f"observation space {observation_space} is not supported: use Box, Discrete, "
+            "MultiBinary, or a Dict or Tuple of them"
         )
     if obs_dim <= 0:
         raise ConfigError(f"observation space {observation_space} has no dimensions")
     obs_dtype = "uint8" if obs_kind == "box" and observation_space.dtype == np.uint8 else "float32"
+    return _with_action(SpaceSpec(obs_kind, obs_shape, obs_dim, "discrete", (), 1, obs_dtype=obs_dtype),
+                        action_space)
+
+
+def _with_action(obs: SpaceSpec, action_space: gym.Space) -> SpaceSpec:
+    """`obs` (its observation fields) with the action fields of `action_space`."""
     if isinstance(action_space, gym.spaces.Discrete):
         if action_space.start != 0:
             raise ConfigError(f"Discrete action space must start at 0, got {action_space}")
-        return SpaceSpec(obs_kind, obs_shape, obs_dim, "discrete", (), int(action_space.n),
-                         obs_dtype=obs_dtype)
-    if isinstance(action_space, gym.spaces.Box):
+        spec = dataclasses.replace(obs, act_kind="discrete", act_shape=(), act_dim=int(action_space.n))
+    elif isinstance(action_space, gym.spaces.Box):
         if not np.issubdtype(action_space.dtype, np.floating):
             raise ConfigError(f"Box action space must have a float dtype, got {action_space.dtype}")
         shape = tuple(action_space.shape)
         dim = int(np.prod(shape)) if shape else 1
         low = tuple(float(x) for x in np.broadcast_to(action_space.low, shape).reshape(-1))
         high = tuple(float(x) for x in np.broadcast_to(action_space.high, shape).reshape(-1))
-        return SpaceSpec(obs_kind, obs_shape, obs_dim, "box", shape, dim, low, high, obs_dtype)
-    raise ConfigError(
-        f"action space {action_space} is not supported: use Discrete (Categorical policy) "
-        "or Box (diagonal Gaussian policy)"
-    )
+        spec = dataclasses.replace(obs, act_kind="box", act_shape=shape, act_dim=dim, act_low=low, act_high=high)
+    elif isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.Tuple, gym.spaces.Dict)):
+        parts, tree, low, high = act_parts(action_space)
+        multi = dataclasses.replace(obs, act_kind="multi", act_dim=sum(p.size for p in parts), act_low=low,
+                                    act_high=high, act_parts=parts, act_tree=_freeze(tree))
+        spec = dataclasses.replace(multi, act_shape=multi.action_row_shape)
+    else:
+        raise ConfigError(
+            f"action space {action_space} is not supported: use Discrete (Categorical policy), "
+            "Box (diagonal Gaussian policy), MultiDiscrete, or a Tuple or Dict of them"
+        )
+    if spec.mask_dim:
+        choices = sum(p.size for p in spec.action_parts if p.kind == "discrete")
+        if spec.mask_dim != choices:
+            raise ConfigError(f"observation key 'action_mask' has {spec.mask_dim} entries, but the action space "
+                              f"{action_space} has {choices} discrete choices: one 0/1 per choice")
+    return spec
 
 
 def image_shape(spec: SpaceSpec) -> tuple[int, int, int, bool] | None:
@@ -126,11 +208,16 @@ class ObsEncoder:
         self.spec = spec
         self.kind = spec.obs_kind
         self.dim = spec.obs_dim
+        self._struct = StructWriter(spec.obs_parts, spec.mask_dim, [
+            p.size for p in spec.action_parts if p.kind == "discrete"]) if self.kind == "struct" else None
 
     def write(self, out: np.ndarray, row: int, obs: Any) -> None:
         """One observation into out[row]; ValueError if it does not fit the space (a
-        Discrete one outside 0..n-1, a Box one of another size)."""
-        if self.kind == "discrete":
+        Discrete one outside 0..n-1, a Box one of another size, a struct one missing a
+        part or masking every action)."""
+        if self._struct is not None:
+            self._struct.write(out[row], obs)
+        elif self.kind == "discrete":
             k = int(obs)
             if not 0 <= k < self.dim:
                 raise ValueError(f"observation {k} is outside Discrete({self.dim})")
@@ -150,5 +237,45 @@ def env_action(spec: SpaceSpec, actions: np.ndarray) -> list[Any]:
     clipped to the space's bounds)."""
     if spec.act_kind == "discrete":
         return actions.tolist()
+    if spec.act_kind == "multi":
+        to_env = _action_tree(spec.act_tree, spec.act_low, spec.act_high).to_env
+        return [to_env(row) for row in actions]
     clipped = np.clip(actions, np.asarray(spec.act_low, np.float32), np.asarray(spec.act_high, np.float32))
     return [row.reshape(spec.act_shape) for row in clipped]
+
+
+@functools.lru_cache(maxsize=16)
+def _action_tree(tree: Any, low: tuple[float, ...], high: tuple[float, ...]) -> ActionTree:
+    return ActionTree(tree, low, high)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionSlice:
+    """Where one action leaf lives: its logits (discrete) or means (box) `out[lo:hi]`, its
+    columns of a stored action `col[:cols]`, and (box) its bounds and log std from `box`."""
+
+    kind: str
+    lo: int
+    hi: int
+    col: int
+    cols: int
+    box: int
+
+
+def action_slices(spec: SpaceSpec) -> list[ActionSlice]:
+    """The leaves of `spec`'s action, in order (one for Discrete and Box)."""
+    out, lo, col, box = [], 0, 0, 0
+    for part in spec.action_parts:
+        cols = 1 if part.kind == "discrete" else part.size
+        out.append(ActionSlice(part.kind, lo, lo + part.size, col, cols, box))
+        lo += part.size
+        col += cols
+        if part.kind == "box":
+            box += part.size
+    return out
+
+
+def masked_logit_columns(spec: SpaceSpec) -> list[int]:
+    """The logit columns the action mask's columns stand for, in order (every discrete
+    leaf's choices)."""
+    return [c for s in action_slices(spec) if s.kind == "discrete" for c in range(s.lo, s.hi)]

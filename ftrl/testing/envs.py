@@ -3,7 +3,7 @@
     ftrl.testing.envs:make_flaky_env    CartPole that fails every `fail_every` steps
     ftrl.testing.envs:make_slow_env     CartPole that sleeps `sleep_s` per step
     ftrl.testing.envs:make_broken_env   raises while being constructed
-    ftrl.testing.envs:make_dict_env     has a Dict observation space (unsupported)
+    ftrl.testing.envs:make_text_env     has a Text observation space (unsupported)
     ftrl.testing.envs:make_counter_env  deterministic: obs = step count, reward 1,
                                            episode of `episode_len` steps (terminates)
     ftrl.testing.envs:make_hang_env     CartPole whose `step` hangs after `hang_after`
@@ -219,8 +219,10 @@ def make_broken_env(config: dict) -> gym.Env:
     raise RuntimeError("this environment cannot be built (on purpose)")
 
 
-class DictObsEnv(gym.Env):
-    observation_space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Discrete(3)})
+class TextObsEnv(gym.Env):
+    """Observations of a space no model takes (Text)."""
+
+    observation_space = gym.spaces.Text(8)
     action_space = gym.spaces.Discrete(2)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -231,8 +233,8 @@ class DictObsEnv(gym.Env):
         return self.observation_space.sample(), 0.0, False, False, {}
 
 
-def make_dict_env(config: dict) -> gym.Env:
-    return DictObsEnv()
+def make_text_env(config: dict) -> gym.Env:
+    return TextObsEnv()
 
 
 class CounterEnv(gym.Env):

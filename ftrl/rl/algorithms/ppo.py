@@ -86,7 +86,7 @@ def train_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, spec
         parts["values"].append(frag["values"].reshape(-1)[valid])
         parts["adv"].append(adv.reshape(-1)[valid])
         parts["returns"].append(ret.reshape(-1)[valid])
-    int_actions = spec.act_kind == "discrete"
+    int_actions = spec.all_discrete
     return {key: torch.from_numpy(np.ascontiguousarray(np.concatenate(arrays, axis=0),
                                                        dtype=np.int64 if key == "actions" and int_actions else np.float32)).to(device)
             for key, arrays in parts.items()}
@@ -95,10 +95,8 @@ def train_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, spec
 def _empty_batch(spec: SpaceSpec, device: torch.device) -> dict[str, torch.Tensor]:
     """A batch of no steps (a mesh rank whose shard is empty still takes every step)."""
     obs = torch.zeros((0, spec.obs_dim), device=device)
-    if spec.act_kind == "discrete":
-        actions = torch.zeros(0, dtype=torch.int64, device=device)
-    else:
-        actions = torch.zeros((0, spec.act_dim), device=device)
+    dtype = torch.int64 if spec.all_discrete else torch.float32
+    actions = torch.zeros((0, *spec.action_row_shape), dtype=dtype, device=device)
     z = torch.zeros(0, device=device)
     return {"obs": obs, "actions": actions, "logp": z, "values": z, "adv": z, "returns": z}
 

@@ -130,7 +130,8 @@ class Algorithm:
         self.spec: SpaceSpec = space_spec(obs_space, act_space)
         self.run_state = RunState(
             config_dict=cfg.to_dict(), spec_dict=self.spec.to_dict(),
-            obs_filter=make_filter(cfg.env_runners_cfg.observation_filter, (self.spec.obs_dim,)),
+            obs_filter=make_filter(cfg.env_runners_cfg.observation_filter, (self.spec.obs_dim,),
+                                   self.spec.unfiltered_columns()),
             episodes=EpisodeWindow(cfg.reporting_cfg.metrics_num_episodes_for_smoothing),
             algo_counters=self.algo_counter_names)
         #: the user's callbacks (`callbacks_class`): built here, so a bad one fails before anything starts

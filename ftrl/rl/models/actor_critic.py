@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ftrl.config import ModelConfig
-from ftrl.rl.models.base import FlatActorCritic
+from ftrl.rl.models.base import FlatActorCritic, action_log_std
 from ftrl.rl.models.layout import flat_layout
 from ftrl.rl.spaces import SpaceSpec, env_action
 
@@ -22,7 +22,8 @@ __all__ = ["ActorCritic", "env_action"]
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "linear": nn.Identity}
 
 
-def _mlp(in_dim: int, hiddens: list[int], activation: str) -> tuple[nn.Sequential, int]:
+def mlp(in_dim: int, hiddens: list[int], activation: str) -> tuple[nn.Sequential, int]:
+    """Linear layers of `hiddens` with `activation` after each (orthogonal init); their out size."""
     layers: list[nn.Module] = []
     dim = in_dim
     for h in hiddens:
@@ -51,20 +52,16 @@ class ActorCritic(FlatActorCritic):
         self.layout = flat_layout(spec, model)
         self.discrete = spec.act_kind == "discrete"
         hiddens = list(model.fcnet_hiddens)
-        self.pi_body, dim = _mlp(spec.obs_dim, hiddens, model.fcnet_activation)
+        self.pi_body, dim = mlp(spec.input_dim, hiddens, model.fcnet_activation)
         self.share = model.vf_share_layers
         if self.share:
             self.vf_body = None
             vf_dim = dim
         else:
-            self.vf_body, vf_dim = _mlp(spec.obs_dim, hiddens, model.fcnet_activation)
+            self.vf_body, vf_dim = mlp(spec.input_dim, hiddens, model.fcnet_activation)
         self.pi_head = _head(dim, spec.act_dim, 0.01)
         self.vf_head = _head(vf_dim, 1, 1.0)
-        if not self.discrete:
-            init = torch.full((spec.act_dim,), float(model.init_log_std))
-            self.log_std = nn.Parameter(init, requires_grad=model.free_log_std)
-        else:
-            self.register_parameter("log_std", None)
+        self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
 
     # ---- forward pieces
 
@@ -75,6 +72,7 @@ class ActorCritic(FlatActorCritic):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs) for a batch [B, obs_dim] -> [B]."""
+        obs = self._input(obs)
         if self.vf_body is None:
             return self.vf_head(self.pi_body(obs)).squeeze(-1)
         return self.vf_head(self.vf_body(obs)).squeeze(-1)

@@ -18,9 +18,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ftrl.rl.spaces import SpaceSpec
+from ftrl.rl.spaces import SpaceSpec, action_slices, masked_logit_columns
 
 _LOG_2PI = math.log(2 * math.pi)
+#: The logit of a masked choice: its probability is exactly 0 in float32, and no NaN
+#: comes of it (as -inf would where every choice is masked).
+MASKED_LOGIT = -1e9
 
 Layout = list[tuple[str, tuple[int, ...]]]
 
@@ -44,42 +47,72 @@ class FlatActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs) for a batch [B, obs_dim] -> [B]."""
-        return self._forward(obs)[1]
+        return self._forward(self._input(obs))[1]
+
+    def _input(self, obs: torch.Tensor) -> torch.Tensor:
+        """The columns of the rows the network reads (all but an action mask)."""
+        mask_dim = self.spec.mask_dim
+        return obs[:, : obs.shape[1] - mask_dim] if mask_dim else obs
+
+    def _outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits or means, values), the logits of masked choices pushed to a huge negative."""
+        out, values = self._forward(self._input(obs))
+        mask_dim = self.spec.mask_dim
+        if mask_dim:
+            allowed = obs[:, obs.shape[1] - mask_dim:] > 0
+            if self.spec.act_kind != "discrete" or self.spec.act_dim != mask_dim:
+                full = torch.ones(out.shape, dtype=torch.bool, device=out.device)
+                full[:, masked_logit_columns(self.spec)] = allowed
+                allowed = full
+            out = out.masked_fill(~allowed, MASKED_LOGIT)
+        return out, values
 
     def act(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (or take the mode of) actions: returns actions, their log-probs, values."""
-        out, values = self._forward(obs)
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            if explore:
-                # argmax of p_i / E_i with E_i ~ Exp(1) picks i with probability p_i
-                # (the exponential race; cheaper than torch.multinomial for small batches)
-                actions = (logp_all.exp() / torch.empty_like(logp_all).exponential_()).argmax(dim=-1)
-            else:
-                actions = out.argmax(dim=-1)
-            logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        out, values = self._outputs(obs)
+        if self.spec.act_kind == "multi":
+            actions, logp = self._act_parts(out, explore)
             return actions, logp, values
-        log_std = self.log_std.expand_as(out)
-        std = log_std.exp()
-        actions = out + std * torch.randn_like(out) if explore else out
-        logp = (-0.5 * ((actions - out) / std) ** 2 - log_std - 0.5 * _LOG_2PI).sum(-1)
-        return actions, logp, values
+        if self.discrete:
+            return (*_categorical_act(out, explore), values)
+        return (*_gaussian_act(out, self.log_std, explore), values)
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probs of `actions`, policy entropy and values for a batch."""
-        out, values = self._forward(obs)
+        out, values = self._outputs(obs)
+        if self.spec.act_kind == "multi":
+            return (*self._evaluate_parts(out, actions), values)
         if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return logp, entropy, values
-        log_std = self.log_std.expand_as(out)
-        actions = actions.reshape(out.shape)
-        logp = (-0.5 * ((actions - out) / log_std.exp()) ** 2 - log_std - 0.5 * _LOG_2PI).sum(-1)
-        entropy = (log_std + 0.5 * (1.0 + _LOG_2PI)).sum(-1)
-        return logp, entropy, values
+            return (*_categorical_evaluate(out, actions.long()), values)
+        return (*_gaussian_evaluate(out, self.log_std, actions.reshape(out.shape)), values)
+
+    def _act_parts(self, out: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        columns, logp = [], torch.zeros(out.shape[0], device=out.device)
+        for s in action_slices(self.spec):
+            if s.kind == "discrete":
+                a, lp = _categorical_act(out[:, s.lo: s.hi], explore)
+                columns.append(a.unsqueeze(-1))
+            else:
+                a, lp = _gaussian_act(out[:, s.lo: s.hi], self.log_std[s.box: s.box + s.cols], explore)
+                columns.append(a)
+            logp = logp + lp
+        if self.spec.all_discrete:
+            return torch.cat(columns, dim=-1), logp
+        return torch.cat([c.to(out.dtype) for c in columns], dim=-1), logp
+
+    def _evaluate_parts(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logp = entropy = torch.zeros(out.shape[0], device=out.device)
+        for s in action_slices(self.spec):
+            taken = actions[:, s.col: s.col + s.cols]
+            if s.kind == "discrete":
+                lp, ent = _categorical_evaluate(out[:, s.lo: s.hi], taken[:, 0].long())
+            else:
+                lp, ent = _gaussian_evaluate(out[:, s.lo: s.hi], self.log_std[s.box: s.box + s.cols],
+                                             taken.to(out.dtype))
+            logp, entropy = logp + lp, entropy + ent
+        return logp, entropy
 
     # ---- flat weights
 
@@ -114,9 +147,9 @@ class FlatActorCritic(nn.Module):
 
 def action_log_std(spec: SpaceSpec, init_log_std: float, free_log_std: bool) -> nn.Parameter | None:
     """Box actions: the state-independent log std (learned unless not `free_log_std`)."""
-    if spec.act_kind == "discrete":
+    if not spec.box_dim:
         return None
-    init = torch.full((spec.act_dim,), float(init_log_std))
+    init = torch.full((spec.box_dim,), float(init_log_std))
     return nn.Parameter(init, requires_grad=free_log_std)
 
 
@@ -125,3 +158,39 @@ def init_linear(layer: nn.Linear | nn.Conv2d, gain: float) -> nn.Module:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer
+
+
+def _categorical_act(logits: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions [B] (sampled, or the mode) and their log-probs."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    if explore:
+        # argmax of p_i / E_i with E_i ~ Exp(1) picks i with probability p_i
+        # (the exponential race; cheaper than torch.multinomial for small batches)
+        actions = (logp_all.exp() / torch.empty_like(logp_all).exponential_()).argmax(dim=-1)
+    else:
+        actions = logits.argmax(dim=-1)
+    return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def _categorical_evaluate(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of `actions` [B] and the entropy."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
+def _gaussian_act(means: torch.Tensor, log_std: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions [B, D] (sampled, or the means) and their log-probs."""
+    log_std = log_std.expand_as(means)
+    std = log_std.exp()
+    actions = means + std * torch.randn_like(means) if explore else means
+    logp = (-0.5 * ((actions - means) / std) ** 2 - log_std - 0.5 * _LOG_2PI).sum(-1)
+    return actions, logp
+
+
+def _gaussian_evaluate(means: torch.Tensor, log_std: torch.Tensor,
+                       actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of `actions` [B, D] and the entropy."""
+    log_std = log_std.expand_as(means)
+    logp = (-0.5 * ((actions - means) / log_std.exp()) ** 2 - log_std - 0.5 * _LOG_2PI).sum(-1)
+    return logp, (log_std + 0.5 * (1.0 + _LOG_2PI)).sum(-1)

@@ -57,7 +57,8 @@ class ImpalaStack(nn.Module):
         return self.res1(self.res0(self.pool(self.conv(x))))
 
 
-def _conv_body(plan: ConvPlan, activation: str) -> nn.Sequential:
+def conv_body(plan: ConvPlan, activation: str) -> nn.Sequential:
+    """The conv layers of `plan`, flattened at the end ([B, C, H, W] -> [B, features])."""
     layers: list[nn.Module] = []
     channels = plan.channels
     for out_channels, kernel, stride in plan.filters:
@@ -72,6 +73,24 @@ def _conv_body(plan: ConvPlan, activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def as_image(rows: torch.Tensor, plan: ConvPlan, scale: float) -> torch.Tensor:
+    """Flat rows -> images [B, C, H, W] of `plan`, times `scale` (1/255 for uint8 pixels)."""
+    if plan.channels_last:
+        x = rows.reshape(-1, plan.height, plan.width, plan.channels).permute(0, 3, 1, 2)
+    else:
+        x = rows.reshape(-1, plan.channels, plan.height, plan.width)
+    return x * scale if scale != 1.0 else x
+
+
+def fc_stack(dim: int, hiddens: list[int], activation: str) -> tuple[nn.Sequential, int]:
+    """Linear layers of `hiddens` (each followed by `activation`) on `dim` inputs; their out size."""
+    fc: list[nn.Module] = []
+    for hidden in hiddens:
+        fc += [init_linear(nn.Linear(dim, hidden), _GAIN), _ACTIVATIONS[activation]()]
+        dim = hidden
+    return nn.Sequential(*fc), dim
+
+
 class ConvActorCritic(FlatActorCritic):
     """CNN body, fc layers, policy and value heads (see the module docstring)."""
 
@@ -82,13 +101,8 @@ class ConvActorCritic(FlatActorCritic):
         self.discrete = spec.act_kind == "discrete"
         self.plan = plan = conv_plan(spec, model)
         self.scale = 1.0 / 255.0 if spec.obs_dtype == "uint8" else 1.0
-        self.conv = _conv_body(plan, model.conv_activation)
-        fc: list[nn.Module] = []
-        dim = math.prod(plan.out_shape)
-        for hidden in plan.post_hiddens:
-            fc += [init_linear(nn.Linear(dim, hidden), _GAIN), _ACTIVATIONS[model.conv_activation]()]
-            dim = hidden
-        self.fc = nn.Sequential(*fc)
+        self.conv = conv_body(plan, model.conv_activation)
+        self.fc, dim = fc_stack(math.prod(plan.out_shape), plan.post_hiddens, model.conv_activation)
         self.pi_head = init_linear(nn.Linear(dim, spec.act_dim), 0.01)
         self.vf_head = init_linear(nn.Linear(dim, 1), 1.0)
         self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
@@ -96,12 +110,7 @@ class ConvActorCritic(FlatActorCritic):
 
     def image(self, obs: torch.Tensor) -> torch.Tensor:
         """Flat rows [B, obs_dim] -> images [B, C, H, W] (uint8 ranges scaled to [0, 1])."""
-        p = self.plan
-        if p.channels_last:
-            x = obs.reshape(-1, p.height, p.width, p.channels).permute(0, 3, 1, 2)
-        else:
-            x = obs.reshape(-1, p.channels, p.height, p.width)
-        return x * self.scale if self.scale != 1.0 else x
+        return as_image(obs, self.plan, self.scale)
 
     def _forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.fc(self.conv(self.image(obs)))

@@ -9,8 +9,12 @@ The interface, all a custom model writes:
             # obs: [B, *obs_shape] float32, as the env gives it (uint8 pixels are not
             # scaled: divide by 255 yourself); returns (logits [B, num_outputs], value [B])
 
-`obs_shape` is the observation's shape (Discrete observations: (n,), one-hot);
-`num_outputs` the number of actions (Discrete) or the flat action size (Box: the
+`obs_shape` is the observation's shape (Discrete observations: (n,), one-hot; a Dict
+or Tuple: (n,), its leaves encoded side by side as `ftrl.rl.spaces.ObsEncoder` writes
+them, without the `action_mask`, which the adapter applies to the logits);
+`num_outputs` the number of actions (Discrete; MultiDiscrete and Tuple/Dict actions: the
+logits of every discrete leaf and the means of every Box leaf, side by side) or the flat
+action size (Box: the
 outputs are the Gaussian's means; its log std is a learned, state-independent parameter
 of the adapter, `init_log_std` and `free_log_std` as for the built-in models). Every
 parameter of the module travels in the flat weight vector (buffers, e.g. batch norm
@@ -40,7 +44,7 @@ def model_obs_shape(spec: SpaceSpec) -> tuple[int, ...]:
     """The shape of one observation as a custom model gets it."""
     if spec.obs_kind == "box" and spec.obs_shape:
         return tuple(spec.obs_shape)
-    return (spec.obs_dim,)
+    return (spec.input_dim,)
 
 
 def load_custom_model(path: str) -> type[nn.Module]:
@@ -83,7 +87,7 @@ class CustomActorCritic(FlatActorCritic):
     def _check_outputs(self, path: str) -> None:
         """A dummy batch of 2 through the module: logits [2, num_outputs], value [2]."""
         want = f"(logits [B, {self.spec.act_dim}], value [B])"
-        obs = torch.zeros(2, self.spec.obs_dim)
+        obs = torch.zeros(2, self.spec.input_dim)
         try:
             with torch.no_grad():
                 logits, value = self._net_outputs(obs)

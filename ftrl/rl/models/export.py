@@ -10,6 +10,12 @@ and returns `(logits, action)`: the model's logits (Box actions: the action mean
 the greedy action (the argmax; Box actions: the means clipped to the space's bounds),
 as `compute_actions(..., explore=False)` gives them. Input `obs`, outputs `logits` and
 `action`, the batch dimension dynamic.
+
+A Dict or Tuple observation goes in as the flat float32 row ftrl encodes it into
+(`ftrl.rl.spaces.ObsEncoder`: the leaves side by side in the space's order, Discrete ones
+one-hot, the `action_mask` last): the mask is applied in the graph (a masked choice is
+never the action). A structured action comes out as one row per observation: a column
+per discrete leaf (its argmax) and the clipped means of each Box leaf, in order.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ftrl.rl.spaces import SpaceSpec
+from ftrl.rl.spaces import SpaceSpec, action_slices
 from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -34,19 +40,22 @@ class GreedyPolicy(nn.Module):
     """Raw observations -> (logits, greedy action): the filter, the model and the action
     head in one module (what gets exported)."""
 
-    def __init__(self, model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, np.ndarray, float] | None):
+    def __init__(self, model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, np.ndarray, Any] | None):
         super().__init__()
         self.model = model
         self.obs_dim = int(spec.obs_dim)
         self.discrete_obs = spec.obs_kind == "discrete"
         self.discrete_act = spec.act_kind == "discrete"
+        self.slices = action_slices(spec) if spec.act_kind == "multi" else []
         self.filtered = affine is not None
         mean, inv_std, clip = affine if affine is not None else (np.zeros(1), np.ones(1), 0.0)
-        self.register_buffer("mean", torch.as_tensor(np.asarray(mean, np.float32).reshape(-1)))
+        mean = np.asarray(mean, np.float32).reshape(-1)
+        self.register_buffer("mean", torch.as_tensor(mean))
         self.register_buffer("inv_std", torch.as_tensor(np.asarray(inv_std, np.float32).reshape(-1)))
-        self.clip = float(clip)
-        low = np.asarray(spec.act_low if not self.discrete_act else [0.0], np.float32).reshape(-1)
-        high = np.asarray(spec.act_high if not self.discrete_act else [0.0], np.float32).reshape(-1)
+        bound = np.broadcast_to(np.asarray(clip, np.float32).reshape(-1), mean.shape).copy()
+        self.register_buffer("bound", torch.as_tensor(bound))  # per column (inf: a column left raw)
+        low = np.asarray(spec.act_low or [0.0], np.float32).reshape(-1)
+        high = np.asarray(spec.act_high or [0.0], np.float32).reshape(-1)
         self.register_buffer("low", torch.as_tensor(low))
         self.register_buffer("high", torch.as_tensor(high))
 
@@ -56,11 +65,24 @@ class GreedyPolicy(nn.Module):
         else:
             x = obs.reshape(obs.shape[0], self.obs_dim).float()
         if self.filtered:
-            x = torch.clamp((x - self.mean) * self.inv_std, -self.clip, self.clip)
-        logits, _ = self.model._forward(x)
+            x = torch.maximum(torch.minimum((x - self.mean) * self.inv_std, self.bound), -self.bound)
+        logits, _ = self.model._outputs(x)
+        if self.slices:
+            return logits, self._greedy_parts(logits)
         if self.discrete_act:
             return logits, logits.argmax(dim=-1)
         return logits, torch.maximum(torch.minimum(logits, self.high), self.low)
+
+    def _greedy_parts(self, logits: torch.Tensor) -> torch.Tensor:
+        columns = []
+        for s in self.slices:
+            out = logits[:, s.lo: s.hi]
+            if s.kind == "discrete":
+                columns.append(out.argmax(dim=-1, keepdim=True).to(logits.dtype))
+            else:
+                high, low = self.high[s.box: s.box + s.cols], self.low[s.box: s.box + s.cols]
+                columns.append(torch.maximum(torch.minimum(out, high), low))
+        return torch.cat(columns, dim=-1)
 
 
 def example_batch(spec: SpaceSpec, n: int = 2) -> torch.Tensor:
@@ -81,7 +103,7 @@ def random_batch(spec: SpaceSpec, n: int, seed: int = 0) -> np.ndarray:
     return rng.normal(size=(n, *spec.obs_shape)).astype(np.float32)
 
 
-def export_policy(model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, np.ndarray, float] | None,
+def export_policy(model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, np.ndarray, Any] | None,
                   directory: str | Path, fmt: str, model_name: str = "") -> Path:
     """Write the greedy policy of `model` to DIRECTORY/policy.pt (TorchScript) or
     DIRECTORY/policy.onnx; its path. The file is checked before it replaces an older one:
@@ -130,7 +152,7 @@ def _check_exported(policy: GreedyPolicy, spec: SpaceSpec, path: Path, fmt: str)
         want_logits, want_action = (t.numpy() for t in policy(torch.as_tensor(obs)))
     got_logits, got_action = load_exported(path, fmt)(obs)
     same_logits = np.allclose(got_logits, want_logits, rtol=1e-3, atol=1e-4)
-    same_actions = spec.act_kind != "discrete" or np.array_equal(np.asarray(got_action), want_action)
+    same_actions = spec.act_kind == "box" or np.array_equal(np.asarray(got_action), want_action)
     if not (same_logits and same_actions):
         raise ValueError("the exported graph does not reproduce the model on a new batch (Python control "
                          "flow or numpy in forward() depends on the data: it was frozen by the trace)")

@@ -6,6 +6,8 @@
 - image observations (a Box of 2 or 3 dims, at least 32x32, or 8x8 of uint8): the CNN,
   `ConvActorCritic` (Nature CNN, or the IMPALA ResNet with `conv_type="impala"`),
   also when no model key is given; `conv_filters=[]` there is an error;
+- a Dict or Tuple observation holding images: `StructActorCritic` (a CNN per image,
+  an MLP over the other leaves);
 - `custom_model`: the user's module in `CustomActorCritic`.
 (`ftrl.rl.models.kinds.model_kind` decides, without torch.)
 """
@@ -28,6 +30,10 @@ def build_model(spec: SpaceSpec, model_config: ModelConfig | None = None) -> nn.
         from ftrl.rl.models.custom import CustomActorCritic
 
         return CustomActorCritic(spec, model_config)
+    if kind == "struct":
+        from ftrl.rl.models.struct_model import StructActorCritic
+
+        return StructActorCritic(spec, model_config)
     if kind == "cnn":
         from ftrl.rl.models.cnn import ConvActorCritic
 

@@ -8,6 +8,9 @@
   Box of 2 or 3 dims.
 - neither: a CNN on image observations (`ftrl.rl.spaces.looks_like_image`), as RLlib
   does, else fully connected.
+- a Dict or Tuple observation holding images ("struct"): a CNN per image leaf (the
+  conv keys apply to each) and an MLP over the other leaves, side by side; without
+  images, fully connected over all its leaves.
 
 `conv_plan` lays the CNN out over the image (the default filters for its size, the
 output of the conv body), and raises a ConfigError naming `conv_filters` when the image
@@ -19,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ftrl.config import ModelConfig
+from ftrl.rl.space_parts import MASK_KEY, ObsPart
 from ftrl.rl.spaces import SpaceSpec, image_shape, looks_like_image
 from ftrl.wire.errors import ConfigError
 
@@ -31,10 +35,12 @@ IMPALA_FILTERS = [[16, 3, 2], [32, 3, 2], [32, 3, 2]]
 
 
 def model_kind(spec: SpaceSpec, model: ModelConfig) -> str:
-    """"fc", "cnn" or "custom" for these spaces; ConfigError for a combination that
+    """"fc", "cnn", "struct" or "custom" for these spaces; ConfigError for a combination that
     cannot work."""
     if model.custom_model:
         return "custom"
+    if spec.obs_kind == "struct":
+        return _struct_kind(spec, model)
     if model.conv_filters == []:
         if model.conv_type == "impala":
             raise ConfigError("model conv_filters=[] (fully connected) contradicts conv_type='impala': "
@@ -57,6 +63,31 @@ def model_kind(spec: SpaceSpec, model: ModelConfig) -> str:
             )
         return "cnn"
     return "cnn" if looks_like_image(spec) else "fc"
+
+
+def leaf_spec(part: ObsPart) -> SpaceSpec:
+    """A leaf of a structured observation as an observation of its own (for `image_shape`)."""
+    return SpaceSpec(part.kind, part.shape, part.dim, "discrete", (), 1, obs_dtype=part.dtype)
+
+
+def image_leaves(spec: SpaceSpec) -> list[ObsPart]:
+    """The leaves of a structured observation that look like images (each gets a CNN)."""
+    return [p for p in spec.obs_parts if p.path != MASK_KEY and looks_like_image(leaf_spec(p))]
+
+
+def _struct_kind(spec: SpaceSpec, model: ModelConfig) -> str:
+    images = image_leaves(spec)
+    explicit = model.conv_filters or model.conv_type == "impala"
+    if model.conv_filters == [] and images:
+        raise ConfigError(f"model conv_filters=[] asks for the fully connected model, but the observation's "
+                          f"{', '.join(repr(p.path) for p in images)} are images: leave conv_filters unset for "
+                          "a CNN on each")
+    if images:
+        return "struct"
+    if explicit:
+        raise ConfigError("model conv_filters / conv_type='impala' need an image in the observation, but no "
+                          f"part of it is one ({', '.join(f'{p.path} {p.shape}' for p in spec.obs_parts)}): drop them")
+    return "fc"
 
 
 def needs_torch(spec: SpaceSpec, model: ModelConfig) -> bool:

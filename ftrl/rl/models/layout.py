@@ -13,7 +13,7 @@ def flat_layout(spec: SpaceSpec, model: ModelConfig) -> list[tuple[str, tuple[in
     layout: list[tuple[str, tuple[int, ...]]] = []
 
     def body(prefix: str) -> int:
-        dim = spec.obs_dim
+        dim = spec.input_dim
         for k, h in enumerate(model.fcnet_hiddens):
             layout.append((f"{prefix}.{2 * k}.weight", (h, dim)))
             layout.append((f"{prefix}.{2 * k}.bias", (h,)))
@@ -28,6 +28,6 @@ def flat_layout(spec: SpaceSpec, model: ModelConfig) -> list[tuple[str, tuple[in
         ("vf_head.weight", (1, last_vf)),
         ("vf_head.bias", (1,)),
     ]
-    if spec.act_kind == "box":
-        layout.append(("log_std", (spec.act_dim,)))
+    if spec.box_dim:
+        layout.append(("log_std", (spec.box_dim,)))
     return layout

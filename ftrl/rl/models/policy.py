@@ -26,11 +26,13 @@ import numpy as np
 from ftrl.config import ModelConfig
 from ftrl.rl.models.kinds import model_kind
 from ftrl.rl.models.layout import flat_layout
-from ftrl.rl.spaces import SpaceSpec
+from ftrl.rl.spaces import SpaceSpec, action_slices, masked_logit_columns
 
 log = logging.getLogger(__name__)
 
 _LOG_2PI = math.log(2 * math.pi)
+#: The logit of a masked choice (as `ftrl.rl.models.base.MASKED_LOGIT`, without torch).
+MASKED_LOGIT = -1e9
 
 # Discrete actions are sampled by an exponential race: argmax of p_i / E_i with E_i ~ Exp(1)
 # picks i with probability p_i. The draws are float64: a float32 draw is exactly 0 once in
@@ -61,6 +63,10 @@ class NumpyPolicy:
         self.model = model or ModelConfig()
         self.layout = flat_layout(spec, self.model)
         self.discrete = spec.act_kind == "discrete"
+        self._slices = action_slices(spec)
+        columns = masked_logit_columns(spec)
+        # None: the mask covers every logit, in order (a Discrete action)
+        self._mask_columns = None if columns == list(range(spec.act_dim)) else np.asarray(columns)
         self.share = self.model.vf_share_layers
         self.n_hidden = len(self.model.fcnet_hiddens)
         self.act_fn = _activation(self.model.fcnet_activation)
@@ -116,36 +122,64 @@ class NumpyPolicy:
         return x
 
     def _forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(logits or means, values); masked choices' logits pushed to a huge negative."""
         x = np.asarray(obs, np.float32)
+        mask_dim = self.spec.mask_dim
+        if mask_dim:
+            x, allowed = x[:, : x.shape[1] - mask_dim], x[:, x.shape[1] - mask_dim:] > 0
         h = self._body(x, self._pi)
         hv = h if self.share else self._body(x, self._vf)
         out = h @ self._pi_head[0] + self._pi_head[1]
         values = (hv @ self._vf_head[0] + self._vf_head[1])[:, 0]
+        if mask_dim:
+            if self._mask_columns is None:
+                out[~allowed] = MASKED_LOGIT
+            else:
+                sub = out[:, self._mask_columns]
+                sub[~allowed] = MASKED_LOGIT
+                out[:, self._mask_columns] = sub
         return out, values
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """V(obs) for a batch [B, obs_dim] -> [B] float32."""
         x = np.asarray(obs, np.float32)
+        if self.spec.mask_dim:
+            x = x[:, : x.shape[1] - self.spec.mask_dim]
         hv = self._body(x, self._pi if self.share else self._vf)
         return (hv @ self._vf_head[0] + self._vf_head[1])[:, 0]
+
+    def _categorical(self, out: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        z = out - out.max(axis=1, keepdims=True)
+        logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        if explore:
+            actions = (np.exp(logp_all) / self.rng.standard_exponential(out.shape)).argmax(axis=1)
+        else:
+            actions = out.argmax(axis=1)
+        return actions.astype(np.int64), logp_all[np.arange(out.shape[0]), actions].astype(np.float32)
+
+    def _gaussian(self, out: np.ndarray, log_std: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        std = np.exp(log_std)
+        actions = out + std * self.rng.standard_normal(out.shape, np.float32) if explore else out
+        logp = (-0.5 * ((actions - out) / std) ** 2 - log_std - 0.5 * _LOG_2PI).sum(axis=1)
+        return actions.astype(np.float32), logp.astype(np.float32)
 
     def act(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions (sampled, or the mode), their log-probs and values for a batch."""
         out, values = self._forward(obs)
-        rows = np.arange(out.shape[0])
+        if self.spec.act_kind == "multi":
+            columns, logp = [], np.zeros(out.shape[0], np.float32)
+            for s in self._slices:
+                if s.kind == "discrete":
+                    a, lp = self._categorical(out[:, s.lo: s.hi], explore)
+                    columns.append(a[:, None])
+                else:
+                    a, lp = self._gaussian(out[:, s.lo: s.hi], self._log_std[s.box: s.box + s.cols], explore)
+                    columns.append(a)
+                logp += lp
+            return np.concatenate(columns, axis=1).astype(self.spec.action_dtype), logp, values
         if self.discrete:
-            z = out - out.max(axis=1, keepdims=True)
-            logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-            if explore:
-                actions = (np.exp(logp_all) / self.rng.standard_exponential(out.shape)).argmax(axis=1)
-            else:
-                actions = out.argmax(axis=1)
-            return actions.astype(np.int64), logp_all[rows, actions].astype(np.float32), values
-        log_std = self._log_std
-        std = np.exp(log_std)
-        actions = out + std * self.rng.standard_normal(out.shape, np.float32) if explore else out
-        logp = (-0.5 * ((actions - out) / std) ** 2 - log_std - 0.5 * _LOG_2PI).sum(axis=1)
-        return actions.astype(np.float32), logp.astype(np.float32), values
+            return (*self._categorical(out, explore), values)
+        return (*self._gaussian(out, self._log_std, explore), values)
 
     def act_into(self, obs: np.ndarray, explore: bool, actions: np.ndarray, logp: np.ndarray, values: np.ndarray) -> None:
         """`act`, written into the given rows (a fragment's arrays at one step): what a

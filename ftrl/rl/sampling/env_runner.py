@@ -161,6 +161,8 @@ class EnvRunner(SubEnvLifecycle):
         self._recorder: EpisodeRecorder | None = None  # set while an evaluation records a video
         self._callback_counts_sent: dict[str, int] = {}
         self._seeded = [False] * self.num_envs
+        self._obs_misfits: dict[int, str] = {}
+        self._failures_logged = (time.monotonic(), 0)
         self._restarts_of = [0] * self.num_envs
         try:
             callbacks = build_callbacks(cfg.callbacks_cfg.callbacks_class)
@@ -171,14 +173,14 @@ class EnvRunner(SubEnvLifecycle):
             self.spec: SpaceSpec = self._build_and_check_envs(space_spec)
             self.encoder = ObsEncoder(self.spec)
             # a 1-D Box observation: rows of the right length are assigned directly
-            self._row_obs = self.encoder.kind != "discrete" and len(self.spec.obs_shape) == 1
+            self._row_obs = self.encoder.kind in ("box", "multibinary") and len(self.spec.obs_shape) == 1
             self._obs_dim = self.spec.obs_dim
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
             if set_torch_threads and self.policy.backend == "torch":  # also a CNN or custom model's
                 import torch
 
                 torch.set_num_threads(1)
-            self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,))
+            self.filter = make_filter(run.observation_filter, (self.spec.obs_dim,), self.spec.unfiltered_columns())
         except BaseException:  # nothing left running: envs (and their processes), the watchdog
             self._close_envs()
             self._watchdog.close()
@@ -267,8 +269,7 @@ class EnvRunner(SubEnvLifecycle):
         b_epid = np.empty((steps, e), np.int64) if record else None
         b_term = np.zeros((steps, e), bool) if record else None
         b_trunc = np.zeros((steps, e), bool) if record else None
-        act_shape = (steps, e) if self.spec.act_kind == "discrete" else (steps, e, self.spec.act_dim)
-        b_act = np.empty(act_shape, self.spec.action_dtype) if record else None
+        b_act = np.empty((steps, e, *self.spec.action_row_shape), self.spec.action_dtype) if record else None
         b_logp = np.empty((steps, e), np.float32) if record else None
         b_val = np.empty((steps, e), np.float32) if record else None
         rew_rows: list[list[float]] = []
@@ -280,7 +281,7 @@ class EnvRunner(SubEnvLifecycle):
             b_obs[0] = self._obs
         spec = self.spec
         discrete = spec.act_kind == "discrete"
-        box_obs = self.encoder.kind != "discrete" and len(spec.obs_shape) == 1
+        box_obs = self._row_obs
         fast = False  # the first step writes through the encoder (checked shapes)
         fit = self._fit_obs
         remote = self.remote_envs
@@ -337,6 +338,8 @@ class EnvRunner(SubEnvLifecycle):
                     for i, exc in raised:
                         failed[i] = SubEnvError(i, f"step raised {type(exc).__name__}: {exc}")
                         failed[i].__cause__ = exc
+                if self._obs_misfits:  # a structured observation that did not fit: that sub-env failed
+                    self._take_misfits(failed)
                 if not finite:
                     self._find_nan(nxt, rew_l, failed)
                 fast = box_obs

@@ -9,6 +9,7 @@ State and deltas are plain dicts of numpy arrays and ints (msgpack-able).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -101,17 +102,28 @@ class MeanStdFilter:
 
     kind = "MeanStdFilter"
 
-    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8,
+                 raw_columns: Sequence[int] = ()):
         self.shape = tuple(shape)
         self.clip = clip
         self.eps = eps
         self.stats = RunningStat(self.shape)
         self.delta = RunningStat(self.shape)
+        # columns passed as they are (one-hot, 0/1, pixel and action-mask parts of a
+        # structured observation): mean 0, std 1 and no clip there
+        self._raw = np.asarray(raw_columns, np.int64)
+        self._bound: float | np.ndarray = clip
+        if self._raw.size:
+            self._bound = np.full(self.shape, clip, np.float32)
+            self._bound.reshape(-1)[self._raw] = np.inf
         self._refresh()
 
     def _refresh(self) -> None:
         self._mean = self.stats.mean.astype(np.float32)
         self._inv_std = (1.0 / (self.stats.std + self.eps)).astype(np.float32)
+        if self._raw.size:
+            self._mean.reshape(-1)[self._raw] = 0.0
+            self._inv_std.reshape(-1)[self._raw] = 1.0
 
     def __call__(self, x: np.ndarray, update: bool = True) -> np.ndarray:
         """Normalize a batch of observations [B, *shape]; update the stats first if asked."""
@@ -120,13 +132,15 @@ class MeanStdFilter:
             self.delta.push_batch(x)
             self._refresh()
         out = (np.asarray(x, np.float32) - self._mean) * self._inv_std
-        np.clip(out, -self.clip, self.clip, out=out)
+        np.clip(out, -self._bound, self._bound, out=out)
         return out
 
-    def affine(self) -> tuple[np.ndarray, np.ndarray, float]:
+    def affine(self) -> tuple[np.ndarray, np.ndarray, float | np.ndarray]:
         """(mean, 1/std, clip) as it filters now: `clip((x - mean) / std, -clip, clip)`
-        (what an exported policy folds into its graph)."""
-        return self._mean.copy(), self._inv_std.copy(), float(self.clip)
+        (what an exported policy folds into its graph; clip per column, inf for raw
+        columns, when there are any)."""
+        bound = self._bound.copy() if isinstance(self._bound, np.ndarray) else float(self._bound)
+        return self._mean.copy(), self._inv_std.copy(), bound
 
     def get_state(self) -> dict[str, Any]:
         """The full statistics (what the driver pushes to runners and checkpoints)."""
@@ -167,10 +181,11 @@ def _check_kind(kind: str, state: dict[str, Any] | None) -> None:
         raise ValueError(f"filter state is for {got!r}, this filter is {kind!r}")
 
 
-def make_filter(kind: str, shape: tuple[int, ...]) -> NoFilter | MeanStdFilter:
-    """Build the observation filter named by config `observation_filter`."""
+def make_filter(kind: str, shape: tuple[int, ...], raw_columns: Sequence[int] = ()) -> NoFilter | MeanStdFilter:
+    """Build the observation filter named by config `observation_filter` (`raw_columns`:
+    those a MeanStdFilter leaves as they are)."""
     if kind == "MeanStdFilter":
-        return MeanStdFilter(shape)
+        return MeanStdFilter(shape, raw_columns=raw_columns)
     if kind == "NoFilter":
         return NoFilter(shape)
     raise ValueError(f"unknown observation_filter {kind!r}")

@@ -11,6 +11,7 @@ The hot loop itself is `EnvRunner._steps` (one `vector_step` call per vector ste
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -26,8 +27,12 @@ from ftrl.rl.spaces import ObsEncoder, SpaceSpec
 from ftrl.util.watchdog import ProgressWatchdog
 from ftrl.wire.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 _EPISODE_ID_STRIDE = 1 << 40
 _NO_RESETS: dict[int, Any] = {}
+#: A runner logs at most this many sub-env failures a minute (a flaky env may fail often)
+FAILURES_LOGGED_PER_MINUTE = 5
 
 
 class _Unwatched:
@@ -70,6 +75,8 @@ class SubEnvLifecycle:
     _restarts_of: list[int]
     _row_obs: bool
     _obs_dim: int
+    _obs_misfits: dict[int, str]  # sub-env -> why its structured observation did not fit
+    _failures_logged: tuple[float, int]  # (the minute's start, failures logged in it)
     _obs: np.ndarray
     _ep_ids: np.ndarray
     _ep_ret: list[float]
@@ -156,10 +163,16 @@ class SubEnvLifecycle:
         """Write `obs` into out[i] through the encoder, whose reshape refuses an observation
         of the wrong size (a plain row assignment would broadcast a 1-element one, so the
         step loops' fast paths take only rows of the right length): a ConfigError (a
-        ValueError) naming the sub-env and the space."""
+        ValueError) naming the sub-env and the space. A structured observation that does
+        not fit (a missing key, a wrong shape, an action mask allowing nothing) is that
+        sub-env's failure instead: noted for `_take_misfits`, its row zeroed."""
         try:
             self.encoder.write(out, i, obs)
         except (ValueError, TypeError) as e:
+            if self.spec.obs_kind == "struct":
+                out[i] = 0.0
+                self._obs_misfits[i] = f"{what} returned an observation that does not fit the observation space: {e}"
+                return
             raise ConfigError(f"sub-env {i}: {what} returned an observation that does not fit the "
                               f"observation space (shape {self.spec.obs_shape}): {e}") from e
 
@@ -177,6 +190,8 @@ class SubEnvLifecycle:
                 direct = False
         if not direct:
             self._fit_obs(out, i, obs, "reset")
+            if i in self._obs_misfits:
+                raise SubEnvError(i, self._obs_misfits.pop(i))
         row = out[i]
         if not math.isfinite(sq_sum(row, row)) and not np.isfinite(row).all():
             raise SubEnvError(i, "observation contains NaN or inf")
@@ -198,8 +213,21 @@ class SubEnvLifecycle:
             raise error
         self._restart_env(i, out, error)
 
+    def _log_failure(self, i: int, cause: BaseException) -> None:
+        """A sub-env failed and is restarted: a warning naming why, at most
+        `FAILURES_LOGGED_PER_MINUTE` a minute (the rest are counted)."""
+        now = time.monotonic()
+        minute, logged = self._failures_logged
+        if now - minute >= 60.0:
+            minute, logged = now, 0
+        self._failures_logged = (minute, logged + 1)
+        if logged < FAILURES_LOGGED_PER_MINUTE:
+            log.warning("env runner %d: %s; restarting it (%d sub-env restarts so far)",
+                        self.worker_index, cause, self.num_sub_env_restarts)
+
     def _restart_env(self, i: int, out: np.ndarray, cause: SubEnvError) -> None:
         """Replace sub-env i with a fresh one and reset it into out[i]."""
+        self._log_failure(i, cause)
         last: BaseException = cause
         for _ in range(self.max_restart_attempts):
             self._watchdog.stamp = time.monotonic()  # each attempt is bounded on its own
@@ -251,8 +279,9 @@ class SubEnvLifecycle:
     def _reset_fns(self) -> list | None:
         """The gymnasium `reset` of each in-process sub-env, for the vector step's resets
         at episode ends (None for a sub-env still owed its seeded first reset, which
-        `_reset_env` does; no list for sub-env processes)."""
-        if self.remote_envs:
+        `_reset_env` does; no list for sub-env processes, nor for structured observations,
+        whose misfits `_reset_env` turns into failures)."""
+        if self.remote_envs or self.spec.obs_kind == "struct":
             return None
         seeded = self._seeded if self._seed is not None else [True] * self.num_envs
         return [env.env.reset if seeded[i] else None for i, env in enumerate(self._envs)]
@@ -305,6 +334,12 @@ class SubEnvLifecycle:
             raise misfit
 
     # ------------------------------------------------------------------ failures and episode ends
+
+    def _take_misfits(self, failed: dict[int, SubEnvError]) -> None:
+        """The sub-envs whose structured observation did not fit this step: failed."""
+        for i, why in self._obs_misfits.items():
+            failed.setdefault(i, SubEnvError(i, why))
+        self._obs_misfits.clear()
 
     def _find_nan(self, nxt: np.ndarray, rew: list, failed: dict[int, SubEnvError]) -> None:
         for i in range(self.num_envs):

@@ -56,7 +56,7 @@ def test_run_train_in_process_then_resume(tmp_path, capsys):
     [
         (("--env", "CartPole-v1", "--set", "lrr=1"), "did you mean 'lr'"),
         (("--env", "NoSuchEnv-v9", "--stop-iters", "1"), "cannot make environment"),
-        (("--env", "ftrl.testing.envs:make_dict_env", "--stop-iters", "1"), "observation space Dict"),
+        (("--env", "ftrl.testing.envs:make_text_env", "--stop-iters", "1"), "observation space Text"),
         (("--env", "CartPole-v1", "--set", "ignore_env_runner_failures=true", "--set", "restart_failed_env_runners=true"), "mutually exclusive"),
         (("--env", "CartPole-v1", "--set", 'model={custom_model="tests.custom_models:WrongLogits"}', "--stop-iters", "1"),
          "model custom_model 'tests.custom_models:WrongLogits': forward on a batch of 2 returned shapes"),

@@ -194,7 +194,7 @@ def test_a_reset_failing_when_an_episode_terminates(mode, match):
     [
         ("NoSuchEnv-v0", "cannot make environment"),
         ("ftrl.testing.envs:make_broken_env", "on purpose"),
-        ("ftrl.testing.envs:make_dict_env", "observation space Dict"),
+        ("ftrl.testing.envs:make_text_env", "observation space Text"),
     ],
 )
 def test_bad_envs_raise_config_errors(env, match):
