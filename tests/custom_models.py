@@ -66,3 +66,22 @@ class BranchNet(TinyNet):
         if float(obs.abs().sum()) > 1e9:
             obs = obs / 2
         return super().forward(obs)
+
+
+class TargetNet(nn.Module):
+    """For MaskedChoiceEnv's Dict observation: reads obs["observations"]["target"] and
+    obs["observations"]["step"] (nested dicts of leaves), never the mask."""
+
+    def __init__(self, obs_shape: dict, num_outputs: int, hidden: int = 16):
+        super().__init__()
+        inner = obs_shape["observations"]
+        self.target_dim = math.prod(inner["target"])
+        self.body = nn.Sequential(nn.Linear(self.target_dim + inner["step"][0], hidden), nn.Tanh())
+        self.logits = nn.Linear(hidden, num_outputs)
+        self.value = nn.Linear(hidden, 1)
+
+    def forward(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        inner = obs["observations"]
+        assert set(obs) == {"observations"} and inner["target"].shape[1:] == (self.target_dim,)
+        h = self.body(torch.cat([inner["target"], inner["step"]], dim=-1))
+        return self.logits(h), self.value(h).squeeze(-1)

@@ -9,9 +9,11 @@ The interface, all a custom model writes:
             # obs: [B, *obs_shape] float32, as the env gives it (uint8 pixels are not
             # scaled: divide by 255 yourself); returns (logits [B, num_outputs], value [B])
 
-`obs_shape` is the observation's shape (Discrete observations: (n,), one-hot; a Dict
-or Tuple: (n,), its leaves encoded side by side as `ftrl.rl.spaces.ObsEncoder` writes
-them, without the `action_mask`, which the adapter applies to the logits);
+`obs_shape` is the observation's shape (Discrete observations: (n,), one-hot). A Dict
+or Tuple observation comes as nested dicts of tensors, one per leaf: `obs["image"]`
+[B, H, W, C], `obs["pos"]["x"]` [B, 3] (a Tuple's items under the keys "0", "1", ...;
+Discrete leaves one-hot [B, n]), and `obs_shape` is the same nesting of the leaves'
+shapes; the `action_mask` is not among them (the adapter applies it to the logits);
 `num_outputs` the number of actions (Discrete; MultiDiscrete and Tuple/Dict actions: the
 logits of every discrete leaf and the means of every Box leaf, side by side) or the flat
 action size (Box: the
@@ -36,15 +38,35 @@ from torch import nn
 from ftrl.config import ModelConfig
 from ftrl.config.user_code import import_user_class
 from ftrl.rl.models.base import FlatActorCritic, action_log_std, named_layout
+from ftrl.rl.space_parts import MASK_KEY, ObsPart
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.wire.errors import ConfigError
 
 
-def model_obs_shape(spec: SpaceSpec) -> tuple[int, ...]:
-    """The shape of one observation as a custom model gets it."""
+def model_obs_shape(spec: SpaceSpec) -> Any:
+    """The shape of one observation as a custom model gets it (nested dicts of shapes for
+    a Dict or Tuple observation)."""
+    if spec.obs_kind == "struct":
+        return _nest({p.path: (p.dim,) if p.kind == "discrete" else p.shape for p in _leaves(spec)})
     if spec.obs_kind == "box" and spec.obs_shape:
         return tuple(spec.obs_shape)
     return (spec.input_dim,)
+
+
+def _leaves(spec: SpaceSpec) -> list[ObsPart]:
+    return [p for p in spec.obs_parts if p.path != MASK_KEY]
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"a/b": x, "c": y} -> {"a": {"b": x}, "c": y}."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        *outer, last = path.split("/")
+        node = out
+        for key in outer:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return out
 
 
 def load_custom_model(path: str) -> type[nn.Module]:
@@ -78,8 +100,18 @@ class CustomActorCritic(FlatActorCritic):
             raise ConfigError(f"model custom_model {path!r} has no parameters")
         self._check_outputs(path)
 
+    def _net_input(self, rows: torch.Tensor) -> Any:
+        """Flat rows as the module takes them: [B, *obs_shape], or nested dicts of leaves."""
+        if self.spec.obs_kind != "struct":
+            return rows.reshape(-1, *self.obs_shape)
+        leaves = {}
+        for p in _leaves(self.spec):
+            cols = rows[:, p.offset: p.offset + p.dim]
+            leaves[p.path] = cols if p.kind == "discrete" else cols.reshape(-1, *p.shape)
+        return _nest(leaves)
+
     def _net_outputs(self, obs: torch.Tensor) -> tuple[Any, Any]:
-        out = self.net(obs.reshape(-1, *self.obs_shape))
+        out = self.net(self._net_input(obs))
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise TypeError(f"forward returned {type(out).__name__}, not (logits, value)")
         return out[0], out[1]
@@ -93,7 +125,7 @@ class CustomActorCritic(FlatActorCritic):
                 logits, value = self._net_outputs(obs)
         except Exception as e:
             raise ConfigError(
-                f"model custom_model {path!r}: forward on a batch of shape {(2, *self.obs_shape)} "
+                f"model custom_model {path!r}: forward on a batch of 2 observations of shape {self.obs_shape} "
                 f"raised {type(e).__name__}: {e} (it must return {want})"
             ) from None
         shapes = tuple(getattr(t, "shape", None) for t in (logits, value))

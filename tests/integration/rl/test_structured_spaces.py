@@ -17,6 +17,7 @@ from ftrl.rl.models.export import load_exported
 from ftrl.rl.spaces import ObsEncoder
 from ftrl.testing.struct_envs import ImageVectorEnv
 from tests.integration.rl.test_rl_training import Killer
+from tests.integration.rl.test_videos import _ftrl
 
 MASKED = "ftrl.testing.struct_envs:MaskedChoiceEnv"
 HEADS = 2
@@ -97,3 +98,37 @@ def test_a_dict_of_an_image_and_a_vector_is_learned_and_exported(tmp_path):
         assert np.asarray(exported).tolist() == [int(a) for a in ours]
     finally:
         algo.stop()
+
+
+MASKED_JOB = """
+algo = "PPO"
+[environment]
+env = "ftrl.testing.struct_envs:MaskedChoiceEnv"
+env_config = {heads = 2, episode_len = 20}
+[env_runners]
+num_env_runners = 0
+num_envs_per_env_runner = 8
+[training]
+train_batch_size = 1600
+minibatch_size = 400
+num_epochs = 4
+lr = 0.003
+[fault_tolerance]
+restart_failed_sub_environments = false
+[debugging]
+seed = 0
+"""
+
+
+def test_ftrl_train_and_evaluate_run_a_masked_policy_from_the_cli(tmp_path):
+    job = tmp_path / "masked.toml"
+    job.write_text(MASKED_JOB)
+    out = tmp_path / "run"
+    proc = _ftrl("train", "--config", str(job), "--output", str(out), "--stop-iters", "8", "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert rows(out)[-1]["num_sub_env_restarts"] == 0
+    proc = _ftrl("evaluate", str(out), "--episodes", "4", "--seed", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]  # the env raises on a masked action
+    result = json.loads(proc.stdout)
+    assert result["episodes"] == 4 and result["lengths"] == [EPISODE] * 4
+    assert result["episode_return_mean"] >= LEARNED  # greedy, after 8 iterations

@@ -131,3 +131,13 @@ def test_an_exported_masked_policy_never_acts_masked(tmp_path, heads):
     action = np.asarray(action).reshape(len(rows), heads).astype(np.int64)
     allowed = rows[:, spec.input_dim:] > 0
     assert allowed[np.arange(len(rows))[:, None], action + np.arange(heads) * 5].all()
+
+
+def test_a_custom_model_gets_a_dict_observation_as_nested_tensors_without_the_mask():
+    spec, env = masked_spec(heads=2, n=5)
+    model = build_model(spec, ModelConfig(custom_model="tests.custom_models:TargetNet"))
+    assert model.obs_shape == {"observations": {"step": (20,), "target": (10,)}}
+    rows = encoded(spec, env, 200)
+    actions, _, _ = model.act(torch.from_numpy(rows))
+    allowed = rows[:, spec.input_dim:] > 0
+    assert allowed[np.arange(200)[:, None], actions.numpy() + np.array([0, 5])].all()
