@@ -28,6 +28,9 @@ from ftrl.wire.errors import ConfigError
 
 #: The Dict key of an action mask (RLlib's convention).
 MASK_KEY = "action_mask"
+#: The logit of a masked choice (numpy and torch policies alike): its probability is
+#: exactly 0 in float32, and no NaN comes of it (as -inf would where all are masked).
+MASKED_LOGIT = -1e9
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ftrl.rl.space_parts import MASKED_LOGIT
 from ftrl.rl.spaces import SpaceSpec, action_slices, masked_logit_columns
 
 _LOG_2PI = math.log(2 * math.pi)
-#: The logit of a masked choice: its probability is exactly 0 in float32, and no NaN
-#: comes of it (as -inf would where every choice is masked).
-MASKED_LOGIT = -1e9
 
 Layout = list[tuple[str, tuple[int, ...]]]
 

@@ -26,13 +26,12 @@ import numpy as np
 from ftrl.config import ModelConfig
 from ftrl.rl.models.kinds import model_kind
 from ftrl.rl.models.layout import flat_layout
+from ftrl.rl.space_parts import MASKED_LOGIT
 from ftrl.rl.spaces import SpaceSpec, action_slices, masked_logit_columns
 
 log = logging.getLogger(__name__)
 
 _LOG_2PI = math.log(2 * math.pi)
-#: The logit of a masked choice (as `ftrl.rl.models.base.MASKED_LOGIT`, without torch).
-MASKED_LOGIT = -1e9
 
 # Discrete actions are sampled by an exponential race: argmax of p_i / E_i with E_i ~ Exp(1)
 # picks i with probability p_i. The draws are float64: a float32 draw is exactly 0 once in
