@@ -228,6 +228,17 @@ class ModelConfig:
         check=_import_path,
     )
     custom_model_config: dict = option({}, "keyword arguments of the custom_model's constructor")  # noqa: RUF009
+    use_lstm: bool = option(
+        False, "wrap the model in an LSTM (IMPALA and APPO): the model's features feed it, the heads read "
+        "its output; the runners keep a state per sub-env",
+    )
+    lstm_cell_size: int = option(256, "the LSTM's hidden size", check=positive_int)
+    max_seq_len: int = option(
+        20, "the longest sequence a recurrent model is trained on (IMPALA and APPO unroll whole fragments)",
+        check=positive_int,
+    )
+    lstm_use_prev_action: bool = option(False, "the LSTM also reads the previous action (one-hot when discrete)")
+    lstm_use_prev_reward: bool = option(False, "the LSTM also reads the previous reward")
 
 
 @dataclass

@@ -15,6 +15,12 @@ A *fragment* is what one EnvRunner.sample() returns: time-major arrays of shape
     episode_ids   [T, E] int64
     last_values   [E] float32                  V(obs after the fragment), to bootstrap
 
+and, from a recurrent policy (`use_lstm`), what each sub-env's first step read:
+
+    state_in        [E, S] float32             the LSTM state (zero at an episode's start)
+    prev_action_in  [E, *act_shape]            the action before it (zero at an episode's start)
+    prev_reward_in  [E] float32                the reward before it (zero at an episode's start)
+
 A *train batch* is flat: every array is [N, ...] after `flatten_fragment`.
 """
 
@@ -25,6 +31,11 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 SampleBatch = dict[str, np.ndarray]
+
+#: What a recurrent policy's fragments add: one row per sub-env.
+RECURRENT_KEYS = ("state_in", "prev_action_in", "prev_reward_in")
+#: Keys of one row per sub-env ([E, ...]), not per step: split along E, never flattened.
+PER_ENV_KEYS = ("last_values", *RECURRENT_KEYS)
 
 TIME_MAJOR_KEYS = (
     "obs",
@@ -66,7 +77,7 @@ def flatten_fragment(fragment: Mapping[str, np.ndarray], extra: Mapping[str, np.
         items.update(extra)
     t, e = fragment["rewards"].shape[:2]
     for key, arr in items.items():
-        if key == "last_values":
+        if key in PER_ENV_KEYS:
             continue
         if arr.shape[:2] != (t, e):
             raise ValueError(f"{key} has shape {arr.shape}, expected [{t}, {e}, ...]")
@@ -92,3 +103,6 @@ def check_fragment(fragment: Mapping[str, np.ndarray]) -> None:
             raise ValueError(f"{key} has shape {fragment[key].shape}, expected [{t}, {e}, ...]")
     if tuple(fragment["last_values"].shape) != (e,):
         raise ValueError(f"last_values has shape {fragment['last_values'].shape}, expected [{e}]")
+    for key in RECURRENT_KEYS:
+        if key in fragment and fragment[key].shape[:1] != (e,):
+            raise ValueError(f"{key} has shape {fragment[key].shape}, expected [{e}, ...]")

@@ -225,6 +225,26 @@ class ActionTree:
         value, _, _ = self._build(self._tree, row, 0, 0)
         return value
 
+    def to_row(self, action: Any) -> list[float]:
+        """A nested action as the env takes it -> its row's columns (the inverse of `to_env`)."""
+        out: list[float] = []
+        self._flatten(self._tree, action, out)
+        return out
+
+    def _flatten(self, tree: Any, value: Any, out: list[float]) -> None:
+        if tree == "d":
+            out.append(float(np.asarray(value).reshape(-1)[0]))
+            return
+        kind, arg = tree
+        if kind in ("md", "b"):
+            out.extend(float(x) for x in np.asarray(value, np.float64).reshape(-1))
+        elif kind == "t":
+            for sub, item in zip(arg, value, strict=True):
+                self._flatten(sub, item, out)
+        else:
+            for key, sub in arg:
+                self._flatten(sub, value[key], out)
+
     def _build(self, tree: Any, row: np.ndarray, col: int, box: int) -> tuple[Any, int, int]:
         """(the action of `tree` from row[col:], next column, next box bound)."""
         if tree == "d":

@@ -55,7 +55,7 @@ from ftrl.rl.driver.learner_access import DirectAccess, LearnerAccess
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
 from ftrl.rl.learning.learner import Learner, scheduled
-from ftrl.rl.sample_batch import check_fragment
+from ftrl.rl.sample_batch import PER_ENV_KEYS, RECURRENT_KEYS, check_fragment
 
 __all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "entropy_term", "impala_loss",
            "policy_gradient_term", "time_major", "value_term", "vtrace", "vtrace_targets"]
@@ -140,6 +140,8 @@ def entropy_term(entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def evaluate_time_major(model: torch.nn.Module, batch: dict[str, torch.Tensor]
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The model's log pi(a_t|x_t) of the batch's actions, entropies and values V(x_t), [T, B]."""
+    if getattr(model, "recurrent", False):  # unrolled from each column's state_in
+        return model.evaluate_sequence(batch)
     t_len, width = batch["rewards"].shape
     obs = batch["obs"].reshape(t_len * width, -1)
     actions = batch["actions"].reshape((t_len * width, *batch["actions"].shape[2:]))
@@ -186,6 +188,9 @@ def time_major(fragments: Sequence[dict[str, Any]], device: torch.device) -> lis
             batch[key] = to_device(joined, device)
         batch["last_values"] = to_device(np.concatenate([np.asarray(f["last_values"], np.float32) for f in group]),
                                          device)
+        for key in RECURRENT_KEYS:  # a recurrent policy's: what each column's first step read
+            if key in group[0]:
+                batch[key] = to_device(np.concatenate([np.asarray(f[key]) for f in group]), device)
         out.append(batch)
     return out
 
@@ -219,7 +224,7 @@ def column_subsets(batches: list[dict[str, torch.Tensor]],
             out.append(batch)
             continue
         index = torch.as_tensor(sorted(cols), device=batch["rewards"].device)
-        out.append({k: v.index_select(0 if k == "last_values" else 1, index) for k, v in batch.items()})
+        out.append({k: v.index_select(0 if k in PER_ENV_KEYS else 1, index) for k, v in batch.items()})
     return out
 
 

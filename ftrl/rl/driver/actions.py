@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ftrl.rl.models.factory import build_model
+from ftrl.rl.space_parts import ActionTree
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 
 
@@ -59,3 +60,42 @@ class SingleActions:
         with torch.inference_mode():
             actions, _, _ = model.act(torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(device), explore)
         return env_action(self.spec, actions.cpu().numpy())
+
+    def initial_state(self, learner: Any) -> np.ndarray:
+        """A recurrent policy's state at an episode's start; ValueError without one."""
+        model = self.model_of(learner)
+        if not getattr(model, "recurrent", False):
+            raise ValueError("this policy has no state (it is not recurrent: model use_lstm is off)")
+        return model.initial_state(1)[0].numpy()
+
+    def compute_recurrent(self, obs: Any, state: Any, prev_action: Any, prev_reward: float | None, obs_filter: Any,
+                          learner: Any, explore: bool = False) -> tuple[Any, np.ndarray]:
+        """(action, next state) of a recurrent policy for one raw observation from `state`."""
+        model = self.model_of(learner)
+        if not getattr(model, "recurrent", False):
+            raise ValueError("a state was given, but this policy has none (model use_lstm is off)")
+        want = tuple(model.initial_state(1).shape[1:])
+        state = np.asarray(state, np.float32).reshape(-1)
+        if state.shape != want:
+            raise ValueError(f"state has {state.size} values; this policy's has {want[0]} (get_initial_state())")
+        x = np.zeros((1, self.spec.obs_dim), np.float32)
+        self._encoder.write(x, 0, obs)
+        x = obs_filter(x, update=False)
+        spec = self.spec
+        action = np.zeros((1, *spec.action_row_shape), spec.action_dtype)
+        if prev_action is not None:
+            action[0] = _stored_action(spec, prev_action)
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            a, _, _, new_state = model.act_step(
+                torch.from_numpy(x).to(device), torch.from_numpy(state[None]).to(device),
+                torch.from_numpy(action).to(device),
+                torch.tensor([float(prev_reward or 0.0)], device=device), explore)
+        return env_action(spec, a.cpu().numpy())[0], new_state[0].cpu().numpy()
+
+
+def _stored_action(spec: SpaceSpec, action: Any) -> np.ndarray:
+    """An action as the env took it -> its row as a batch stores it."""
+    if spec.act_kind == "multi":
+        return np.asarray(ActionTree(spec.act_tree, spec.act_low, spec.act_high).to_row(action), spec.action_dtype)
+    return np.asarray(action, spec.action_dtype).reshape(spec.action_row_shape)

@@ -432,12 +432,25 @@ class Algorithm:
             self.learner_access.publish()
         self.sync_weights()
 
-    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
-        """The policy's action for one raw observation (filtered like in training)."""
-        return self._actions.compute(obs, self.run_state.filter, self.learner, explore)
+    def compute_single_action(self, obs: Any, state: Any = None, *, prev_action: Any = None,
+                              prev_reward: float | None = None, explore: bool = False) -> Any:
+        """The policy's action for one raw observation (filtered like in training). With
+        `state` (a recurrent policy's, `get_initial_state()` at an episode's start), and
+        its `prev_action` and `prev_reward` (None: zero, as at an episode's start): returns
+        `(action, state_out)`, RLlib's way; without, the action from an episode's start."""
+        if state is None:
+            return self._actions.compute(obs, self.run_state.filter, self.learner, explore)
+        return self._actions.compute_recurrent(obs, state, prev_action, prev_reward, self.run_state.filter,
+                                               self.learner, explore)
+
+    def get_initial_state(self) -> Any:
+        """A recurrent policy's state at an episode's start (numpy); ValueError for a
+        policy without one."""
+        return self._actions.initial_state(self.learner)
 
     def compute_actions(self, observations: Any, explore: bool = False) -> list[Any]:
-        """The policy's actions for a batch of raw observations (one forward pass)."""
+        """The policy's actions for a batch of raw observations (one forward pass; a
+        recurrent policy's from an episode's start)."""
         return self._actions.compute_batch(observations, self.run_state.filter, self.learner, explore)
 
     def export_policy(self, directory: str | Path, format: str = "torchscript") -> Path:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ftrl.rl.sample_batch import PER_ENV_KEYS
+
 
 def split_fragments(fragments: list[dict[str, np.ndarray]], k: int) -> list[list[dict[str, np.ndarray]]]:
     """Split time-major fragments [T, E, ...] into `k` shards of about equal env steps,
@@ -19,7 +21,7 @@ def split_fragments(fragments: list[dict[str, np.ndarray]], k: int) -> list[list
             lo, hi = int(cols[0]), int(cols[-1]) + 1
             piece = {}
             for key, arr in frag.items():
-                if key == "last_values":
+                if key in PER_ENV_KEYS:
                     piece[key] = arr[lo:hi]
                 elif isinstance(arr, np.ndarray) and arr.ndim >= 2 and arr.shape[:2] == (t, e):
                     piece[key] = arr[:, lo:hi]

@@ -53,6 +53,7 @@ class ActorCritic(FlatActorCritic):
         self.discrete = spec.act_kind == "discrete"
         hiddens = list(model.fcnet_hiddens)
         self.pi_body, dim = mlp(spec.input_dim, hiddens, model.fcnet_activation)
+        self.feature_dim = dim
         self.share = model.vf_share_layers
         if self.share:
             self.vf_body = None
@@ -64,6 +65,10 @@ class ActorCritic(FlatActorCritic):
         self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
 
     # ---- forward pieces
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy body's output (what an LSTM wrapper reads), [B, feature_dim]."""
+        return self.pi_body(obs)
 
     def _forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.pi_body(obs)

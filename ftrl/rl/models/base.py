@@ -55,36 +55,47 @@ class FlatActorCritic(nn.Module):
     def _outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits or means, values), the logits of masked choices pushed to a huge negative."""
         out, values = self._forward(self._input(obs))
+        return self._masked(out, obs), values
+
+    def _masked(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """`out` with the logits of the choices `obs`'s action mask forbids at MASKED_LOGIT."""
         mask_dim = self.spec.mask_dim
-        if mask_dim:
-            allowed = obs[:, obs.shape[1] - mask_dim:] > 0
-            if self.spec.act_kind != "discrete" or self.spec.act_dim != mask_dim:
-                full = torch.ones(out.shape, dtype=torch.bool, device=out.device)
-                full[:, masked_logit_columns(self.spec)] = allowed
-                allowed = full
-            out = out.masked_fill(~allowed, MASKED_LOGIT)
-        return out, values
+        if not mask_dim:
+            return out
+        allowed = obs[:, obs.shape[1] - mask_dim:] > 0
+        if self.spec.act_kind != "discrete" or self.spec.act_dim != mask_dim:
+            full = torch.ones(out.shape, dtype=torch.bool, device=out.device)
+            full[:, masked_logit_columns(self.spec)] = allowed
+            allowed = full
+        return out.masked_fill(~allowed, MASKED_LOGIT)
 
     def act(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (or take the mode of) actions: returns actions, their log-probs, values."""
         out, values = self._outputs(obs)
-        if self.spec.act_kind == "multi":
-            actions, logp = self._act_parts(out, explore)
-            return actions, logp, values
-        if self.discrete:
-            return (*_categorical_act(out, explore), values)
-        return (*_gaussian_act(out, self.log_std, explore), values)
+        return (*self._sample(out, explore), values)
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probs of `actions`, policy entropy and values for a batch."""
         out, values = self._outputs(obs)
+        return (*self._score(out, actions), values)
+
+    def _sample(self, out: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions drawn from (or the mode of) the distribution of `out`, and their log-probs."""
         if self.spec.act_kind == "multi":
-            return (*self._evaluate_parts(out, actions), values)
+            return self._act_parts(out, explore)
         if self.discrete:
-            return (*_categorical_evaluate(out, actions.long()), values)
-        return (*_gaussian_evaluate(out, self.log_std, actions.reshape(out.shape)), values)
+            return _categorical_act(out, explore)
+        return _gaussian_act(out, self.log_std, explore)
+
+    def _score(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs of `actions` under the distribution of `out`, and its entropy."""
+        if self.spec.act_kind == "multi":
+            return self._evaluate_parts(out, actions)
+        if self.discrete:
+            return _categorical_evaluate(out, actions.long())
+        return _gaussian_evaluate(out, self.log_std, actions.reshape(out.shape))
 
     def _act_parts(self, out: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
         columns, logp = [], torch.zeros(out.shape[0], device=out.device)

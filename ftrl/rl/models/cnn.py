@@ -103,6 +103,7 @@ class ConvActorCritic(FlatActorCritic):
         self.scale = 1.0 / 255.0 if spec.obs_dtype == "uint8" else 1.0
         self.conv = conv_body(plan, model.conv_activation)
         self.fc, dim = fc_stack(math.prod(plan.out_shape), plan.post_hiddens, model.conv_activation)
+        self.feature_dim = dim
         self.pi_head = init_linear(nn.Linear(dim, spec.act_dim), 0.01)
         self.vf_head = init_linear(nn.Linear(dim, 1), 1.0)
         self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
@@ -112,6 +113,10 @@ class ConvActorCritic(FlatActorCritic):
         """Flat rows [B, obs_dim] -> images [B, C, H, W] (uint8 ranges scaled to [0, 1])."""
         return as_image(obs, self.plan, self.scale)
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The body's output (what an LSTM wrapper reads), [B, feature_dim]."""
+        return self.fc(self.conv(self.image(obs)))
+
     def _forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.fc(self.conv(self.image(obs)))
+        h = self.features(obs)
         return self.pi_head(h), self.vf_head(h).squeeze(-1)

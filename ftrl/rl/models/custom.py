@@ -94,6 +94,7 @@ class CustomActorCritic(FlatActorCritic):
                 f"model custom_model {path!r}: {cls.__name__}({self.obs_shape}, {spec.act_dim}, "
                 f"**custom_model_config={kwargs!r}) raised {type(e).__name__}: {e}"
             ) from None
+        self.feature_dim = spec.act_dim
         self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
         self.layout = named_layout(self)
         if not self.layout:
@@ -141,6 +142,11 @@ class CustomActorCritic(FlatActorCritic):
                 f"model custom_model {path!r}: forward on a batch of 2 returned shapes {got}; "
                 f"it must return {want}, here logits (2, {self.spec.act_dim}) and value (2,)"
             )
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The module's first output (an LSTM wrapper builds it with num_outputs = its
+        input size: the module's output feeds the LSTM)."""
+        return self._net_outputs(obs)[0]
 
     def _forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits, value = self._net_outputs(obs)

@@ -112,6 +112,9 @@ def export_policy(model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, n
     or a model that cannot be traced or exported (naming `model_name` and the format)."""
     if fmt not in FORMATS:
         raise ConfigError(f"export format {fmt!r} is not one of {sorted(FORMATS)}")
+    if getattr(model, "recurrent", False):
+        raise ConfigError("exporting a recurrent policy (model use_lstm) is not supported yet: its graph "
+                          "needs state inputs and outputs")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     path = out / FORMATS[fmt]

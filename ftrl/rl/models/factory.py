@@ -8,7 +8,9 @@
   also when no model key is given; `conv_filters=[]` there is an error;
 - a Dict or Tuple observation holding images: `StructActorCritic` (a CNN per image,
   an MLP over the other leaves);
-- `custom_model`: the user's module in `CustomActorCritic`.
+- `custom_model`: the user's module in `CustomActorCritic`;
+- `use_lstm`: any of these inside `RecurrentActorCritic` (an LSTM between its features and
+  the heads).
 (`ftrl.rl.models.kinds.model_kind` decides, without torch.)
 """
 
@@ -26,6 +28,10 @@ def build_model(spec: SpaceSpec, model_config: ModelConfig | None = None) -> nn.
     num_params, layout). ConfigError for a model that cannot work on them."""
     model_config = model_config or ModelConfig()
     kind = model_kind(spec, model_config)
+    if model_config.use_lstm:
+        from ftrl.rl.models.recurrent import RecurrentActorCritic
+
+        return RecurrentActorCritic(spec, model_config)
     if kind == "custom":
         from ftrl.rl.models.custom import CustomActorCritic
 

@@ -91,8 +91,9 @@ def _struct_kind(spec: SpaceSpec, model: ModelConfig) -> str:
 
 
 def needs_torch(spec: SpaceSpec, model: ModelConfig) -> bool:
-    """Whether the model has no numpy forward (only the fully connected one has)."""
-    return model_kind(spec, model) != "fc"
+    """Whether the model has no numpy forward (only the fully connected one without an
+    LSTM has)."""
+    return model_kind(spec, model) != "fc" or model.use_lstm
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class NumpyPolicy:
     """The MLP actor-critic's inference in numpy (float32)."""
 
     backend = "numpy"
+    recurrent = False
 
     def __init__(self, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None):
         self.spec = spec
@@ -236,11 +237,41 @@ class TorchPolicy:
         """`act`, written into the given rows."""
         actions[...], logp[...], values[...] = self.act(obs, explore)
 
+    # ---- recurrent models (`use_lstm`): a state per row, advanced one step per call
+
+    @property
+    def recurrent(self) -> bool:
+        return bool(getattr(self.model, "recurrent", False))
+
+    def initial_state(self, batch: int) -> np.ndarray:
+        return self.model.initial_state(batch).numpy()
+
+    def act_step(self, obs: np.ndarray, state: np.ndarray, prev_action: np.ndarray, prev_reward: np.ndarray,
+                 explore: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Actions, log-probs, values and the next state for one step of every row."""
+        t = self._torch
+        with t.inference_mode():
+            a, lp, v, new_state = self.model.act_step(
+                t.from_numpy(np.ascontiguousarray(obs, np.float32)), t.from_numpy(state),
+                t.from_numpy(np.ascontiguousarray(prev_action)), t.from_numpy(np.ascontiguousarray(prev_reward)),
+                explore)
+        return a.numpy(), lp.numpy(), v.numpy(), new_state.numpy()
+
+    def value_step(self, obs: np.ndarray, state: np.ndarray, prev_action: np.ndarray,
+                   prev_reward: np.ndarray) -> np.ndarray:
+        """V(obs) of every row, from its state."""
+        t = self._torch
+        with t.inference_mode():
+            return self.model.step(t.from_numpy(np.ascontiguousarray(obs, np.float32)), t.from_numpy(state),
+                                   t.from_numpy(np.ascontiguousarray(prev_action)),
+                                   t.from_numpy(np.ascontiguousarray(prev_reward)))[1].numpy()
+
 
 def make_policy(backend: str, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None) -> NumpyPolicy | TorchPolicy:
     """The inference policy for `env_runners(inference_backend=...)`; "numpy" becomes
     "torch" for a model with no numpy forward (a CNN or a custom model)."""
-    kind = model_kind(spec, model or ModelConfig())
+    model = model or ModelConfig()
+    kind = "recurrent" if model.use_lstm else model_kind(spec, model)
     if backend == "numpy" and kind != "fc":
         log.info("inference_backend 'numpy' runs only the fully connected model: the %s model "
                  "infers with torch", kind)

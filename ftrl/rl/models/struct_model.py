@@ -45,16 +45,21 @@ class StructActorCritic(FlatActorCritic):
         dim = sum(math.prod(plan.out_shape) for plan in self.plans) + vector_dim
         post = list(model.post_fcnet_hiddens) if model.post_fcnet_hiddens else [256]
         self.fc, dim = fc_stack(dim, post, model.conv_activation)
+        self.feature_dim = dim
         self.pi_head = init_linear(nn.Linear(dim, spec.act_dim), 0.01)
         self.vf_head = init_linear(nn.Linear(dim, 1), 1.0)
         self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
         self.layout = named_layout(self)
 
-    def _forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The joined features after `post_fcnet_hiddens` (what an LSTM wrapper reads)."""
         features = [conv(as_image(obs[:, lo:hi], plan, scale))
                     for conv, plan, (lo, hi), scale in zip(self.convs, self.plans, self.image_columns, self.scales,
                                                                strict=True)]
         if self.has_vector:
             features.append(self.vector(obs[:, self.vector_columns]))
-        h = self.fc(torch.cat(features, dim=-1))
+        return self.fc(torch.cat(features, dim=-1))
+
+    def _forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.features(obs)
         return self.pi_head(h), self.vf_head(h).squeeze(-1)

@@ -162,6 +162,7 @@ class EnvRunner(SubEnvLifecycle):
         self._callback_counts_sent: dict[str, int] = {}
         self._seeded = [False] * self.num_envs
         self._obs_misfits: dict[int, str] = {}
+        self._recurrent = False  # set once the policy is built
         self._failures_logged = (time.monotonic(), 0)
         self._restarts_of = [0] * self.num_envs
         try:
@@ -176,6 +177,7 @@ class EnvRunner(SubEnvLifecycle):
             self._row_obs = self.encoder.kind in ("box", "multibinary") and len(self.spec.obs_shape) == 1
             self._obs_dim = self.spec.obs_dim
             self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
+            self._init_recurrent()
             if set_torch_threads and self.policy.backend == "torch":  # also a CNN or custom model's
                 import torch
 
@@ -262,6 +264,10 @@ class EnvRunner(SubEnvLifecycle):
         """
         if self._needs_reset or self._broken:
             self._full_reset()
+            if self._recurrent:
+                self._forget_states(range(self.num_envs))
+        recurrent = self._recurrent
+        starts = self._recurrent_inputs() if recurrent and record else None
         e, d = self.num_envs, self.spec.obs_dim
         b_obs = np.empty((steps, e, d), np.float32) if record else None
         b_tval = np.zeros((steps, e), np.float32) if record else None
@@ -314,12 +320,15 @@ class EnvRunner(SubEnvLifecycle):
                 # one batched forward for all sub-envs
                 if record:
                     a_t = b_act[t]
-                    act_into(fobs, explore, a_t, b_logp[t], b_val[t])
+                    if recurrent:
+                        self._act_recurrent(fobs, explore, a_t, b_logp[t], b_val[t])
+                    else:
+                        act_into(fobs, explore, a_t, b_logp[t], b_val[t])
                     if not direct:
                         b_obs[t] = fobs
                     b_epid[t] = ep_ids
                 else:
-                    a_t = act(fobs, explore)[0]
+                    a_t = self._act_recurrent(fobs, explore) if recurrent else act(fobs, explore)[0]
                 env_actions = a_t.tolist() if discrete else env_action(spec, a_t)
                 rew_l = [0.0] * e
                 term_l = [False] * e
@@ -353,6 +362,9 @@ class EnvRunner(SubEnvLifecycle):
                         for i in failed:
                             b_valid[t, i] = False
                     ended = [i for i in envs if term_l[i] or trunc_l[i]]  # failed ones are truncated
+                if recurrent:  # what the next step's LSTM reads (episodes that ended: zeroed below)
+                    self._prev_action[...] = a_t
+                    self._prev_reward[...] = rew_l
                 if hooks is not None:
                     hooks.stepped(rew_l, ended, failed)
                 if recorder is not None:
@@ -365,6 +377,8 @@ class EnvRunner(SubEnvLifecycle):
                         b_term[t] = term_l
                         b_trunc[t] = trunc_l
                     self._end_episodes(ended, failed, nxt, term_l, trunc_l, b_tval, t, resets)
+                    if recurrent:
+                        self._forget_states(ended)
                     if self.num_sub_env_restarts != restarts_seen:  # a reset failed: env replaced
                         step_fns = self._step_fns()
                         reset_fns = self._reset_fns() if recorder is None else None
@@ -386,6 +400,7 @@ class EnvRunner(SubEnvLifecycle):
         if not record:
             return None
         return {
+            **(starts or {}),
             "obs": b_obs,
             "actions": b_act,
             "rewards": np.array(rew_rows, np.float32).reshape(steps, e),

@@ -77,6 +77,10 @@ class SubEnvLifecycle:
     _obs_dim: int
     _obs_misfits: dict[int, str]  # sub-env -> why its structured observation did not fit
     _failures_logged: tuple[float, int]  # (the minute's start, failures logged in it)
+    _recurrent: bool  # the policy keeps a state per sub-env (use_lstm)
+    _rnn_state: np.ndarray  # [E, state size], zero at an episode's start
+    _prev_action: np.ndarray  # [E, *action_row_shape]: the action each sub-env took last
+    _prev_reward: np.ndarray  # [E]
     _obs: np.ndarray
     _ep_ids: np.ndarray
     _ep_ret: list[float]
@@ -97,8 +101,47 @@ class SubEnvLifecycle:
         """A new sub-env i (the runner's: in-process or a process, its env and config)."""
         raise NotImplementedError
 
-    def _values(self, fobs: np.ndarray) -> np.ndarray:
-        return self.policy.value(fobs)
+    def _values(self, fobs: np.ndarray, rows: list[int] | None = None) -> np.ndarray:
+        """V of (filtered) observations: of every sub-env, or of sub-envs `rows` (a
+        recurrent policy reads their states)."""
+        if not self._recurrent:
+            return self.policy.value(fobs)
+        sel = slice(None) if rows is None else rows
+        return self.policy.value_step(fobs, self._rnn_state[sel], self._prev_action[sel], self._prev_reward[sel])
+
+    # ------------------------------------------------------------------ recurrent policies (use_lstm)
+
+    def _init_recurrent(self) -> None:
+        """A state per sub-env (zero: episodes start), and the previous action and reward."""
+        self._recurrent = bool(self.policy.recurrent)
+        if self._recurrent:
+            e = self.num_envs
+            self._rnn_state = self.policy.initial_state(e)
+            self._prev_action = np.zeros((e, *self.spec.action_row_shape), self.spec.action_dtype)
+            self._prev_reward = np.zeros(e, np.float32)
+
+    def _recurrent_inputs(self) -> dict[str, np.ndarray]:
+        """What a fragment starts from (copies): each sub-env's state, previous action and reward."""
+        return {"state_in": self._rnn_state.copy(), "prev_action_in": self._prev_action.copy(),
+                "prev_reward_in": self._prev_reward.copy()}
+
+    def _act_recurrent(self, fobs: np.ndarray, explore: bool, actions: np.ndarray | None = None,
+                       logp: np.ndarray | None = None, values: np.ndarray | None = None) -> np.ndarray:
+        """One step of the recurrent policy for every sub-env (the states advance); the
+        actions (written into `actions`, `logp`, `values` when given)."""
+        a, lp, v, self._rnn_state = self.policy.act_step(fobs, self._rnn_state, self._prev_action,
+                                                         self._prev_reward, explore)
+        if actions is None:
+            return a
+        actions[...], logp[...], values[...] = a, lp, v
+        return actions
+
+    def _forget_states(self, rows: Any) -> None:
+        """Sub-envs `rows` start new episodes: their state, previous action and reward zeroed."""
+        rows = list(rows)
+        self._rnn_state[rows] = 0.0
+        self._prev_action[rows] = 0
+        self._prev_reward[rows] = 0.0
 
     # ------------------------------------------------------------------ build, reset, restart, close
 
@@ -387,7 +430,7 @@ class SubEnvLifecycle:
             boot = [i for i in idx if trunc[i] and not term[i] and i not in failed]
             if boot:
                 finals = self.filter(nxt[boot], update=False)
-                b_tval[t, boot] = self._values(finals)
+                b_tval[t, boot] = self._values(finals, boot)
         vec_steps, ep_ret, ep_start = self._vec_steps, self._ep_ret, self._ep_start
         returns, lengths, reset = self._done_returns, self._done_lengths, self._reset_env
         hooks = self._episode_hooks

@@ -1,0 +1,149 @@
+"""An LSTM around any model (`model={"use_lstm": True, "lstm_cell_size": 256,
+"lstm_use_prev_action": False, "lstm_use_prev_reward": False}`), RLlib's old stack's way:
+the wrapped model's features (the fully connected body, the CNN's or a Dict's joined
+features; a custom model's output, built with `num_outputs = lstm_cell_size`) feed an
+LSTM cell, optionally with the previous action (one-hot per discrete leaf) and reward;
+the policy and value heads read the cell's output. (The wrapped model's own heads are
+built but unused: a few parameters that never get a gradient.)
+
+The state is one float tensor per sub-env, [B, 2 * lstm_cell_size] (h then c), zero at
+an episode's start. On the runners `act_step` advances it one step. The learner unrolls
+a whole fragment from the state the runner had at its start (`evaluate_sequence`),
+zeroing it after every step that ended an episode, as the runner did; so a state is
+never carried across episodes, and a fragment that is lost takes its states with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ftrl.config import ModelConfig
+from ftrl.rl.models.base import FlatActorCritic, action_log_std, init_linear, named_layout
+from ftrl.rl.spaces import SpaceSpec, action_slices
+
+
+def prev_action_dim(spec: SpaceSpec) -> int:
+    """The width of the previous action as the LSTM reads it (one-hot discrete leaves)."""
+    return sum(s.hi - s.lo for s in action_slices(spec))
+
+
+class RecurrentActorCritic(FlatActorCritic):
+    """The wrapped model's features -> LSTM cell -> policy and value heads."""
+
+    recurrent = True
+
+    def __init__(self, spec: SpaceSpec, model: ModelConfig):
+        super().__init__()
+        from ftrl.rl.models.factory import build_model
+
+        self.spec = spec
+        self.discrete = spec.act_kind == "discrete"
+        self.cell_size = model.lstm_cell_size
+        inner = dataclasses.replace(model, use_lstm=False, vf_share_layers=True)
+        # the wrapped model: its heads unused (one output), but a custom model's output is the features
+        outputs = self.cell_size if model.custom_model else 1
+        inner_spec = dataclasses.replace(spec, act_kind="discrete", act_shape=(), act_dim=outputs, act_low=(),
+                                         act_high=(), act_parts=(), act_tree=None)
+        self.encoder = build_model(inner_spec, inner)
+        self.use_prev_action = model.lstm_use_prev_action
+        self.use_prev_reward = model.lstm_use_prev_reward
+        width = self.encoder.feature_dim + (prev_action_dim(spec) if self.use_prev_action else 0) \
+            + (1 if self.use_prev_reward else 0)
+        self.lstm = nn.LSTMCell(width, self.cell_size)
+        self.pi_head = init_linear(nn.Linear(self.cell_size, spec.act_dim), 0.01)
+        self.vf_head = init_linear(nn.Linear(self.cell_size, 1), 1.0)
+        self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
+        self.layout = named_layout(self)
+
+    # ---- state
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """The state at an episode's start, [batch, 2 * lstm_cell_size]."""
+        return torch.zeros(batch, 2 * self.cell_size)
+
+    def _prev_features(self, prev_action: torch.Tensor, prev_reward: torch.Tensor) -> list[torch.Tensor]:
+        out = []
+        if self.use_prev_action:
+            columns = []
+            prev_action = prev_action.reshape(prev_action.shape[0], -1)
+            for s in action_slices(self.spec):
+                taken = prev_action[:, s.col: s.col + s.cols]
+                if s.kind == "discrete":
+                    columns.append(nn.functional.one_hot(taken[:, 0].long(), s.hi - s.lo).to(torch.float32))
+                else:
+                    columns.append(taken.to(torch.float32))
+            out.append(torch.cat(columns, dim=-1))
+        if self.use_prev_reward:
+            out.append(prev_reward.reshape(-1, 1).to(torch.float32))
+        return out
+
+    def _cell(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        h, c = self.lstm(x, (state[:, : self.cell_size], state[:, self.cell_size:]))
+        return torch.cat([h, c], dim=-1)
+
+    def _heads(self, h: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._masked(self.pi_head(h), obs), self.vf_head(h).squeeze(-1)
+
+    # ---- one step (runners, compute_single_action)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor, prev_action: torch.Tensor,
+             prev_reward: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits or means, values, the next state) for one step of a batch."""
+        x = torch.cat([self.encoder.features(self._input(obs)), *self._prev_features(prev_action, prev_reward)],
+                      dim=-1)
+        new_state = self._cell(x, state)
+        out, values = self._heads(new_state[:, : self.cell_size], obs)
+        return out, values, new_state
+
+    def act_step(self, obs: torch.Tensor, state: torch.Tensor, prev_action: torch.Tensor,
+                 prev_reward: torch.Tensor, explore: bool = True
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actions (sampled, or the mode), their log-probs, values and the next state."""
+        out, values, new_state = self.step(obs, state, prev_action, prev_reward)
+        return (*self._sample(out, explore), values, new_state)
+
+    def _zeros(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n = obs.shape[0]
+        action = torch.zeros((n, *self.spec.action_row_shape), device=obs.device)
+        return self.initial_state(n).to(obs.device), action, torch.zeros(n, device=obs.device)
+
+    def act(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`act_step` from an episode's start (no state given)."""
+        return self.act_step(obs, *self._zeros(obs), explore)[:3]
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs) from an episode's start (no state given)."""
+        return self.step(obs, *self._zeros(obs))[1]
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        raise TypeError("a recurrent model is evaluated over sequences: evaluate_sequence")
+
+    # ---- whole fragments (learners)
+
+    def evaluate_sequence(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs of the batch's actions, entropies and values, [T, B], unrolled from
+        `state_in` over `obs` [T, B, D]; after a step that ended an episode (terminated
+        or truncated) the state and the previous action and reward start from zero."""
+        obs, actions = batch["obs"], batch["actions"]
+        t_len, width = batch["rewards"].shape
+        flat_obs = obs.reshape(t_len * width, -1)
+        features = self.encoder.features(self._input(flat_obs)).reshape(t_len, width, -1)
+        ended = (batch["terminateds"] | batch["truncateds"]).to(features.dtype)
+        state = batch["state_in"].to(features.dtype)
+        prev_action, prev_reward = batch["prev_action_in"], batch["prev_reward_in"]
+        outputs = []
+        for t in range(t_len):
+            x = torch.cat([features[t], *self._prev_features(prev_action, prev_reward)], dim=-1)
+            state = self._cell(x, state)
+            outputs.append(state[:, : self.cell_size])
+            keep = (1.0 - ended[t]).unsqueeze(-1)
+            state = state * keep
+            prev_action = actions[t] * keep.reshape((width, *([1] * (actions.dim() - 2)))).to(actions.dtype)
+            prev_reward = batch["rewards"][t] * keep[:, 0]
+        h = torch.stack(outputs).reshape(t_len * width, self.cell_size)
+        out, values = self._heads(h, flat_obs)
+        logp, entropy = self._score(out, actions.reshape((t_len * width, *actions.shape[2:])))
+        return logp.reshape(t_len, width), entropy.reshape(t_len, width), values.reshape(t_len, width)
