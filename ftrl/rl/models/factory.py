@@ -29,9 +29,9 @@ def build_model(spec: SpaceSpec, model_config: ModelConfig | None = None) -> nn.
     model_config = model_config or ModelConfig()
     kind = model_kind(spec, model_config)
     if model_config.use_lstm:
-        from ftrl.rl.models.recurrent import RecurrentActorCritic
+        from ftrl.rl.models.recurrent import RecurrentActorCritic, encoder_of
 
-        return RecurrentActorCritic(spec, model_config)
+        return RecurrentActorCritic(spec, model_config, build_model(*encoder_of(spec, model_config)))
     if kind == "custom":
         from ftrl.rl.models.custom import CustomActorCritic
 

@@ -30,24 +30,28 @@ def prev_action_dim(spec: SpaceSpec) -> int:
     return sum(s.hi - s.lo for s in action_slices(spec))
 
 
+def encoder_of(spec: SpaceSpec, model: ModelConfig) -> tuple[SpaceSpec, ModelConfig]:
+    """The spaces and model keys the wrapped model is built from: the same model without
+    the LSTM, its heads one output wide (unused), but a custom model's output, which is
+    the features, `lstm_cell_size` wide."""
+    outputs = model.lstm_cell_size if model.custom_model else 1
+    inner_spec = dataclasses.replace(spec, act_kind="discrete", act_shape=(), act_dim=outputs, act_low=(),
+                                     act_high=(), act_parts=(), act_tree=None)
+    return inner_spec, dataclasses.replace(model, use_lstm=False, vf_share_layers=True)
+
+
 class RecurrentActorCritic(FlatActorCritic):
     """The wrapped model's features -> LSTM cell -> policy and value heads."""
 
     recurrent = True
 
-    def __init__(self, spec: SpaceSpec, model: ModelConfig):
+    def __init__(self, spec: SpaceSpec, model: ModelConfig, encoder: nn.Module):
+        """`encoder`: the wrapped model, built from `encoder_of(spec, model)`."""
         super().__init__()
-        from ftrl.rl.models.factory import build_model
-
         self.spec = spec
         self.discrete = spec.act_kind == "discrete"
         self.cell_size = model.lstm_cell_size
-        inner = dataclasses.replace(model, use_lstm=False, vf_share_layers=True)
-        # the wrapped model: its heads unused (one output), but a custom model's output is the features
-        outputs = self.cell_size if model.custom_model else 1
-        inner_spec = dataclasses.replace(spec, act_kind="discrete", act_shape=(), act_dim=outputs, act_low=(),
-                                         act_high=(), act_parts=(), act_tree=None)
-        self.encoder = build_model(inner_spec, inner)
+        self.encoder = encoder
         self.use_prev_action = model.lstm_use_prev_action
         self.use_prev_reward = model.lstm_use_prev_reward
         width = self.encoder.feature_dim + (prev_action_dim(spec) if self.use_prev_action else 0) \
