@@ -64,9 +64,6 @@ class PPOConfig(AlgorithmConfig):
 
     def _validate_training(self) -> None:
         t = self.training_cfg
-        if self.model_config.use_lstm:
-            raise ConfigError("model use_lstm is not supported by PPO yet: use IMPALA or APPO, which unroll the "
-                              "LSTM over whole fragments")
         if t.minibatch_size > t.train_batch_size:
             raise ConfigError(
                 f"minibatch_size ({t.minibatch_size}) must not exceed train_batch_size "

@@ -15,11 +15,12 @@ A *fragment* is what one EnvRunner.sample() returns: time-major arrays of shape
     episode_ids   [T, E] int64
     last_values   [E] float32                  V(obs after the fragment), to bootstrap
 
-and, from a recurrent policy (`use_lstm`), what each sub-env's first step read:
+and, from a recurrent policy (`use_lstm`), what each sub-env's steps 0, L, 2L, ... read
+(L = max_seq_len; K = ceil(T / L) sequences; IMPALA and APPO use the first, PPO each):
 
-    state_in        [E, S] float32             the LSTM state (zero at an episode's start)
-    prev_action_in  [E, *act_shape]            the action before it (zero at an episode's start)
-    prev_reward_in  [E] float32                the reward before it (zero at an episode's start)
+    state_in        [E, K, S] float32          the LSTM state (zero at an episode's start)
+    prev_action_in  [E, K, *act_shape]         the action before it (zero at an episode's start)
+    prev_reward_in  [E, K] float32             the reward before it (zero at an episode's start)
 
 A *train batch* is flat: every array is [N, ...] after `flatten_fragment`.
 """

@@ -189,8 +189,8 @@ def time_major(fragments: Sequence[dict[str, Any]], device: torch.device) -> lis
         batch["last_values"] = to_device(np.concatenate([np.asarray(f["last_values"], np.float32) for f in group]),
                                          device)
         for key in RECURRENT_KEYS:  # a recurrent policy's: what each column's first step read
-            if key in group[0]:
-                batch[key] = to_device(np.concatenate([np.asarray(f[key]) for f in group]), device)
+            if key in group[0]:  # (the first sequence's: IMPALA unrolls the whole fragment)
+                batch[key] = to_device(np.concatenate([np.asarray(f[key])[:, 0] for f in group]), device)
         out.append(batch)
     return out
 

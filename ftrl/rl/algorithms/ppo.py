@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
+from ftrl.rl.algorithms.ppo_sequences import evaluate_masked, num_sequences, select, sequence_batch
 from ftrl.rl.driver.algorithm import Algorithm
 from ftrl.rl.learning.learner import Learner, scheduled
 from ftrl.rl.learning.shards import split_fragments
@@ -104,8 +105,12 @@ def _empty_batch(spec: SpaceSpec, device: torch.device) -> dict[str, torch.Tenso
 def ppo_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], clip: float,
              hp: PPOTrainingConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate + vf_loss_coeff * (optionally clipped) value loss - entropy_coeff
-    * entropy, on one minibatch; returns the loss and its statistics."""
-    logp, entropy, values = model.evaluate(mb["obs"], mb["actions"])
+    * entropy, on one minibatch (flat steps, or sequences for a recurrent model: only
+    their real, valid steps count); returns the loss and its statistics."""
+    if getattr(model, "recurrent", False):
+        logp, entropy, values, mb = evaluate_masked(model, mb)
+    else:
+        logp, entropy, values = model.evaluate(mb["obs"], mb["actions"])
     adv = mb["adv"]
     if hp.normalize_advantages and adv.numel() > 1:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -169,8 +174,12 @@ class PPOLearner(Learner):
         hp = self.hp
         in_mesh = self.allreduce is not None
         steps_per_epoch = (sgd_steps_per_epoch or 1) if in_mesh else None
-        batch = train_batch(fragments, hp, self.spec, self.device)
-        n = int(batch["obs"].shape[0])
+        recurrent = getattr(self.model, "recurrent", False)
+        batch = self._sequences(fragments) if recurrent else train_batch(fragments, hp, self.spec, self.device)
+        # the minibatches are of steps, or of whole sequences for a recurrent model
+        n = num_sequences(batch) if recurrent else int(batch["obs"].shape[0])
+        seq_len = self.config.model_config.max_seq_len
+        minibatch_size = max(1, hp.minibatch_size // seq_len) if recurrent else hp.minibatch_size
         if n == 0 and not in_mesh:
             return {"num_samples": 0, "weights_version": self.version}
         lr = scheduled(hp.lr, hp.lr_schedule, env_steps_sampled)
@@ -181,9 +190,14 @@ class PPOLearner(Learner):
         steps = local_steps = 0
         self.model.train()
         for _ in range(hp.num_epochs):
-            for idx in minibatches(n, hp.minibatch_size, steps_per_epoch, self.rng):
-                mb = batch if idx is None else {k: v[torch.from_numpy(idx).to(self.device)] for k, v in batch.items()}
-                n_local = int(mb["obs"].shape[0])
+            for idx in minibatches(n, minibatch_size, steps_per_epoch, self.rng):
+                index = None if idx is None else torch.from_numpy(idx).to(self.device)
+                if recurrent:
+                    mb = batch if index is None else select(batch, index)
+                    n_local = int(mb["mask"].sum())
+                else:
+                    mb = batch if index is None else {k: v[index] for k, v in batch.items()}
+                    n_local = int(mb["obs"].shape[0])
                 steps += 1
                 if n_local == 0:  # an empty share of this step: contribute nothing, step with the rest
                     self.apply_gradient(None, 0, reduce_buf)
@@ -197,6 +211,9 @@ class PPOLearner(Learner):
         self.version += 1
         self.num_updates += 1
         out: dict[str, Any] = {k: v / max(1, local_steps) for k, v in totals.items()}
+        if recurrent:  # the statistics of the real, valid steps
+            batch = {key: batch[key][batch["mask"]] for key in ("returns", "values")}
+            n = int(batch["returns"].shape[0])
         with torch.no_grad():
             var = float(batch["returns"].var()) if n > 1 else 0.0
             resid = float((batch["returns"] - batch["values"]).var()) if n > 1 else 0.0
@@ -210,6 +227,14 @@ class PPOLearner(Learner):
             "learn_time_s": time.perf_counter() - start,
         })
         return out
+
+
+    def _sequences(self, fragments: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The fragments as sequences of max_seq_len steps (ftrl.rl.algorithms.ppo_sequences)."""
+        spec = self.spec
+        return sequence_batch(fragments, self.hp, self.config.model_config.max_seq_len, compute_gae, self.device,
+                              spec.obs_dim, spec.action_row_shape, spec.action_dtype,
+                              int(self.model.initial_state(1).shape[1]))
 
 
 class PPO(Algorithm):

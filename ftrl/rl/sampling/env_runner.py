@@ -267,7 +267,8 @@ class EnvRunner(SubEnvLifecycle):
             if self._recurrent:
                 self._forget_states(range(self.num_envs))
         recurrent = self._recurrent
-        starts = self._recurrent_inputs() if recurrent and record else None
+        starts = self._recurrent_inputs(steps) if recurrent and record else None
+        seq_len = self._seq_len
         e, d = self.num_envs, self.spec.obs_dim
         b_obs = np.empty((steps, e, d), np.float32) if record else None
         b_tval = np.zeros((steps, e), np.float32) if record else None
@@ -317,6 +318,8 @@ class EnvRunner(SubEnvLifecycle):
                     obs = self._obs
                     fobs = filt(obs, update=update_filter)
                     nxt = self._next_obs
+                if starts is not None and t % seq_len == 0:
+                    self._note_sequence_start(starts, t)
                 # one batched forward for all sub-envs
                 if record:
                     a_t = b_act[t]

@@ -81,6 +81,7 @@ class SubEnvLifecycle:
     _rnn_state: np.ndarray  # [E, state size], zero at an episode's start
     _prev_action: np.ndarray  # [E, *action_row_shape]: the action each sub-env took last
     _prev_reward: np.ndarray  # [E]
+    _seq_len: int  # max_seq_len: a fragment notes what its sequences start from every so many steps
     _obs: np.ndarray
     _ep_ids: np.ndarray
     _ep_ret: list[float]
@@ -114,16 +115,28 @@ class SubEnvLifecycle:
     def _init_recurrent(self) -> None:
         """A state per sub-env (zero: episodes start), and the previous action and reward."""
         self._recurrent = bool(self.policy.recurrent)
+        self._seq_len = int(self.config.model_config.max_seq_len)
         if self._recurrent:
             e = self.num_envs
             self._rnn_state = self.policy.initial_state(e)
             self._prev_action = np.zeros((e, *self.spec.action_row_shape), self.spec.action_dtype)
             self._prev_reward = np.zeros(e, np.float32)
 
-    def _recurrent_inputs(self) -> dict[str, np.ndarray]:
-        """What a fragment starts from (copies): each sub-env's state, previous action and reward."""
-        return {"state_in": self._rnn_state.copy(), "prev_action_in": self._prev_action.copy(),
-                "prev_reward_in": self._prev_reward.copy()}
+    def _recurrent_inputs(self, steps: int) -> dict[str, np.ndarray]:
+        """Arrays for what each sequence of a fragment of `steps` starts from: every sub-env's
+        state, previous action and reward before steps 0, L, 2L, ... (L = max_seq_len),
+        [E, K, ...]; `_note_sequence_start` fills them."""
+        e, k = self.num_envs, -(-steps // self._seq_len)
+        return {"state_in": np.zeros((e, k, self._rnn_state.shape[1]), np.float32),
+                "prev_action_in": np.zeros((e, k, *self._prev_action.shape[1:]), self._prev_action.dtype),
+                "prev_reward_in": np.zeros((e, k), np.float32)}
+
+    def _note_sequence_start(self, starts: dict[str, np.ndarray], t: int) -> None:
+        """Step `t` of the fragment starts a sequence: what every sub-env's LSTM reads now."""
+        k = t // self._seq_len
+        starts["state_in"][:, k] = self._rnn_state
+        starts["prev_action_in"][:, k] = self._prev_action
+        starts["prev_reward_in"][:, k] = self._prev_reward
 
     def _act_recurrent(self, fobs: np.ndarray, explore: bool, actions: np.ndarray | None = None,
                        logp: np.ndarray | None = None, values: np.ndarray | None = None) -> np.ndarray:

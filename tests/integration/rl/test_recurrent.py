@@ -1,5 +1,5 @@
-"""use_lstm on real processes: APPO learns a task a memoryless policy cannot (repeat the
-first observation: an MLP tops out at half the best return) while a runner is SIGKILLed
+"""use_lstm on real processes: APPO and PPO learn a task a memoryless policy cannot (repeat the
+first observation: an MLP tops out at a quarter of the best return) while a runner is SIGKILLed
 every second, and IMPALA with an LSTM on two learners survives one SIGKILLed mid-run
 without applying an update twice."""
 
@@ -22,7 +22,7 @@ JOB = """
 algo = "{algo}"
 [environment]
 env = "ftrl.testing.memory_envs:RepeatFirstEnv"
-env_config = {{episode_len = 5}}
+env_config = {{episode_len = 5, num_tokens = 4}}
 [env_runners]
 num_env_runners = 2
 num_envs_per_env_runner = 16
@@ -38,7 +38,7 @@ fcnet_hiddens = [32]
 [reporting]
 min_time_s_per_iteration = 0.3
 """
-#: the best return is 4 (the token repeated at steps 1-4); without memory 2
+#: the best return is 4 (the token, one of 4, repeated at steps 1-4); without memory 1
 LEARNED = 3.5
 
 
@@ -55,9 +55,11 @@ def train(tmp_path: Path, algo: str, job: str, *extra: str):
 
 
 @pytest.mark.timeout(300)
-def test_appo_with_an_lstm_learns_to_remember_while_a_runner_is_sigkilled_every_second(tmp_path):
+@pytest.mark.parametrize("algo", ["APPO", "PPO"])
+def test_an_lstm_learns_to_remember_while_a_runner_is_sigkilled_every_second(tmp_path, algo):
     out, kills = tmp_path / "run", 0
-    with train(tmp_path, "APPO", "lstm", "--stop-reward", str(LEARNED), "--stop-timesteps", "2000000") as proc:
+    ppo = ("--set", "minibatch_size=160", "--set", "num_epochs=4") if algo == "PPO" else ()
+    with train(tmp_path, algo, "lstm", "--stop-reward", str(LEARNED), "--stop-timesteps", "1000000", *ppo) as proc:
         wait_until(lambda: (out / "metrics.jsonl").exists(), timeout=120, what="the first row")
         rng = random.Random(0)
         while proc.poll() is None and kills < 150:
@@ -73,8 +75,9 @@ def test_appo_with_an_lstm_learns_to_remember_while_a_runner_is_sigkilled_every_
     assert proc.returncode == 0, stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["stop_reason"] == "stop_reward" and result["episode_return_mean"] >= LEARNED, result
-    assert kills >= 3 and rows(out)[-1]["num_env_runner_restarts"] >= 1
-    assert _iterations(out) == list(range(1, len(rows(out)) + 1))
+    its_rows = rows(out)
+    assert [r["iteration"] for r in its_rows] == list(range(1, len(its_rows) + 1))
+    assert kills >= 3  # (SIGKILLs that hit a live runner process)
 
 
 @pytest.mark.timeout(300)
@@ -90,4 +93,4 @@ def test_impala_with_an_lstm_on_two_learners_survives_a_learner_sigkill(tmp_path
     assert [r["iteration"] for r in its_rows] == list(range(1, 17))
     assert its_rows[-1]["weights_version"] == sum(r["num_learner_updates_this_iter"] for r in its_rows)
     assert its_rows[-1]["num_learners"] == 2 and its_rows[-1]["mesh_epoch"] > its_rows[0]["mesh_epoch"]
-    assert its_rows[-1]["episode_return_mean"] > 2.2  # past what a memoryless policy can do
+    assert its_rows[-1]["episode_return_mean"] > 1.5  # past what a memoryless policy can do

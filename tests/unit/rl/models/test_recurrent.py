@@ -20,7 +20,8 @@ LSTM = {"use_lstm": True, "lstm_cell_size": 8, "fcnet_hiddens": [16], "lstm_use_
         "lstm_use_prev_reward": True}
 
 
-def runner(env: str = REPEAT, model: dict | None = None, envs: int = 3, frag: int = 7, **env_config) -> EnvRunner:
+def runner(env: str = REPEAT, model: dict | None = None, envs: int = 3, frag: int = 7,
+           **env_config: object) -> EnvRunner:
     cfg = (IMPALAConfig().environment(env, env_config=env_config)
            .env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=frag)
            .training(model=model or LSTM).debugging(seed=0))
@@ -38,7 +39,7 @@ def test_the_learner_unrolls_a_fragment_to_the_runners_own_log_probs_and_values(
     finally:
         r.stop()
     first = fragments[0]
-    assert first["state_in"].shape == (3, 16) and not first["state_in"].any()  # episodes start at zero
+    assert first["state_in"].shape == (3, 1, 16) and not first["state_in"].any()  # episodes start at zero
     assert fragments[1]["state_in"].any()
     model = build_model(r.spec, ModelConfig(**LSTM))
     model.set_flat(weights)
@@ -56,10 +57,10 @@ def test_a_fragment_starts_from_where_the_last_one_ended_and_episodes_from_zero(
         a = r.sample()["batch"]
         state_after_a = r._rnn_state.copy()
         b = r.sample()["batch"]
-        assert a["state_in"].shape == (2, 16) and state_after_a.any()
-        assert np.array_equal(b["state_in"], state_after_a)
-        assert np.array_equal(b["prev_action_in"], a["actions"][-1])
-        assert np.array_equal(b["prev_reward_in"], a["rewards"][-1])
+        assert a["state_in"].shape == (2, 1, 16) and state_after_a.any()
+        assert np.array_equal(b["state_in"][:, 0], state_after_a)
+        assert np.array_equal(b["prev_action_in"][:, 0], a["actions"][-1])
+        assert np.array_equal(b["prev_reward_in"][:, 0], a["rewards"][-1])
         assert b["terminateds"][-1].all()
         c = r.sample()["batch"]  # new episodes: nothing carried over
         assert not c["state_in"].any() and not c["prev_action_in"].any() and not c["prev_reward_in"].any()
@@ -102,7 +103,30 @@ def test_state_outside_training_and_bad_input(tmp_path):
             algo.export_policy(tmp_path / "out")
     finally:
         algo.stop()
-    with pytest.raises(ConfigError, match="use_lstm is not supported by PPO"):
-        PPOConfig().environment(REPEAT).training(model={"use_lstm": True}).validate()
     with pytest.raises(ConfigError, match="max_seq_len"):
         IMPALAConfig().environment(REPEAT).training(model={"use_lstm": True, "max_seq_len": 0}).validate()
+
+
+def test_ppo_sequences_start_from_the_noted_states_and_give_the_runners_log_probs():
+    from ftrl.rl.algorithms.ppo import compute_gae
+    from ftrl.rl.algorithms.ppo_sequences import evaluate_masked, sequence_batch
+
+    model_cfg = {**LSTM, "max_seq_len": 3}
+    r = runner(model=model_cfg, envs=3, frag=7, episode_len=4)  # 3 sequences a column: 3 + 3 + 1 (padded)
+    try:
+        fragments = [r.sample()["batch"] for _ in range(2)]
+        weights = r.get_weights()[1]
+    finally:
+        r.stop()
+    assert fragments[0]["state_in"].shape == (3, 3, 16)
+    spec = r.spec
+    batch = sequence_batch(fragments, PPOConfig().training_cfg, 3, compute_gae, torch.device("cpu"), spec.obs_dim,
+                           spec.action_row_shape, spec.action_dtype, 16)
+    assert tuple(batch["mask"].shape) == (3, 2 * 3 * 3) and int(batch["mask"].sum()) == 2 * 7 * 3
+    assert not batch["mask"][1:, -3:].any()  # the last window of each column: one real step
+    model = build_model(spec, ModelConfig(**model_cfg))
+    model.set_flat(weights)
+    with torch.no_grad():
+        logp, entropy, values, flat = evaluate_masked(model, batch)
+    assert torch.allclose(logp, flat["logp"], atol=1e-4) and torch.allclose(values, flat["values"], atol=1e-4)
+    assert logp.shape == (42,) and torch.isfinite(entropy).all()
