@@ -1,0 +1,112 @@
+"""Recurrent policies (`use_lstm`): learning a task that needs memory, and what an LSTM
+costs the sampling loop.
+
+`--what learn`: PPO+LSTM or APPO+LSTM on StatelessCartPole (CartPole without its
+velocities, `ftrl.testing.memory_envs`), env steps and wall time until the 100-episode
+mean return reaches `--target` (350, the return RLlib's own example asks for within 2M
+steps), one run per seed, learner and sampling in this process (8 sub-envs).
+
+`--what sample`: env steps per CPU second of one EnvRunner in this process on
+StatelessCartPole with the LSTM policy (torch, one thread) against the MLP (numpy), at
+8 and 16 sub-envs x 64-step fragments, alternating short chunks.
+
+    python benchmarks/memory.py --what learn --algo PPO --seeds 0 1 2 [--max-steps 2000000]
+    python benchmarks/memory.py --what sample
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from common import emit, machine
+
+ENV = "ftrl.testing.memory_envs:StatelessCartPole"
+LSTM = {"use_lstm": True, "lstm_cell_size": 64, "fcnet_hiddens": [64], "max_seq_len": 16, "vf_share_layers": True}
+
+
+def config(algo: str, seed: int) -> Any:
+    from ftrl.config import APPOConfig, PPOConfig
+
+    if algo == "PPO":
+        cfg = PPOConfig().training(train_batch_size=2048, minibatch_size=512, num_epochs=6)
+    else:
+        cfg = APPOConfig().training(train_batch_size=1024, minibatch_size=512, num_epochs=4)
+    return (cfg.environment(ENV)
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=8, rollout_fragment_length=64,
+                         observation_filter="MeanStdFilter")
+            .training(lr=1e-3, gamma=0.99, entropy_coeff=0.0, vf_loss_coeff=0.5, model=LSTM)
+            .debugging(seed=seed))
+
+
+def learn(algo: str, seed: int, target: float, max_steps: int) -> dict[str, Any]:
+    from ftrl.config import StopCriteria
+
+    run = config(algo, seed).build()
+    start = time.monotonic()
+    curve: list[tuple[int, float]] = []
+
+    def on_result(r: dict[str, Any]) -> None:
+        if r["episode_return_mean"] is not None:
+            curve.append((int(r["env_steps_sampled"]), round(float(r["episode_return_mean"]), 1)))
+
+    try:
+        summary = run.run(StopCriteria(stop_reward=target, stop_timesteps=max_steps), on_result=on_result)
+    finally:
+        run.stop()
+    reached = summary["stop_reason"] == "stop_reward"
+    return {"seed": seed, "reached": reached, "env_steps": int(summary["env_steps_sampled"]),
+            "wall_s": round(time.monotonic() - start, 1), "final_return": summary["episode_return_mean"],
+            "curve": curve[:: max(1, len(curve) // 40)]}
+
+
+def sample_rates(rounds: int, seconds: float) -> dict[str, Any]:
+    import torch
+
+    from ftrl.config import PPOConfig
+    from ftrl.rl.sampling.env_runner import EnvRunner
+
+    torch.set_num_threads(1)
+    runners = {}
+    for envs in (8, 16):
+        for name, model in (("mlp", {"fcnet_hiddens": [64]}), ("lstm", LSTM)):
+            cfg = (PPOConfig().environment(ENV).env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=64)
+                   .training(model=model).debugging(seed=0))
+            runners[f"{name}_1x{envs}"] = EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False)
+    rates: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for name, r in runners.items():
+            steps, cpu0, end = 0, time.process_time(), time.monotonic() + seconds
+            while time.monotonic() < end:
+                steps += r.sample()["env_steps"]
+            rates[name].append(steps / max(time.process_time() - cpu0, 1e-9))
+    for r in runners.values():
+        r.stop()
+    return {k: round(statistics.median(v)) for k, v in rates.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what", choices=("learn", "sample"), default="learn")
+    ap.add_argument("--algo", choices=("PPO", "APPO"), default="PPO")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--target", type=float, default=350.0)
+    ap.add_argument("--max-steps", type=int, default=2_000_000)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--seconds", type=float, default=1.0)
+    args = ap.parse_args()
+    if args.what == "sample":
+        rates = sample_rates(args.rounds, args.seconds)
+        emit({"benchmark": "memory_sampling", "machine": machine(), "env": ENV,
+              "env_steps_per_cpu_s": rates,
+              "lstm_over_mlp": {n: round(rates[f"lstm_1x{n}"] / rates[f"mlp_1x{n}"], 3) for n in (8, 16)}})
+        return
+    runs = [learn(args.algo, seed, args.target, args.max_steps) for seed in args.seeds]
+    emit({"benchmark": "memory_learning", "machine": machine(), "env": ENV, "algo": args.algo, "model": LSTM,
+          "target": args.target, "max_steps": args.max_steps, "runs": runs})
+
+
+if __name__ == "__main__":
+    main()
