@@ -1,5 +1,6 @@
 """Watch a trained policy: episodes in this process with a loaded algorithm's actions
-(greedy by default), and an MP4 per episode when asked (`ftrl evaluate`).
+(greedy by default; a recurrent policy's state carried through each episode), and an
+MP4 per episode when asked (`ftrl evaluate`).
 
     algo = Algorithm.from_checkpoint("runs/cartpole")
     out = watch(algo, episodes=5, seed=0, video_dir=Path("videos"))
@@ -55,12 +56,20 @@ def watch(algo: Any, *, episodes: int, seed: int | None = None, video_dir: Path 
         if video_dir is not None:  # one frame now: an env that cannot render fails before any episode
             env.reset(seed=seed)
             _render(env, env_id)
+        recurrent = bool(cfg.model_config.use_lstm)
         for index in range(episodes):
             obs, _ = env.reset(seed=None if seed is None else seed + index)
             frames = [_render(env, env_id)] if video_dir is not None else []
             total, steps = 0.0, 0
+            # a recurrent policy carries its state through the episode (from zero at its start)
+            state, action, reward = (algo.get_initial_state(), None, 0.0) if recurrent else (None, None, 0.0)
             while steps < max_steps:
-                obs, reward, terminated, truncated, _ = env.step(algo.compute_single_action(obs, explore=explore))
+                if recurrent:
+                    action, state = algo.compute_single_action(obs, state, prev_action=action, prev_reward=reward,
+                                                               explore=explore)
+                else:
+                    action = algo.compute_single_action(obs, explore=explore)
+                obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 steps += 1
                 if video_dir is not None:

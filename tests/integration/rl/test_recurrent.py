@@ -17,6 +17,7 @@ import pytest
 
 from tests.cluster import running_train, wait_until
 from tests.integration.rl.test_train_driver import _actors, _iterations
+from tests.integration.rl.test_videos import _ftrl
 
 JOB = """
 algo = "{algo}"
@@ -78,6 +79,10 @@ def test_an_lstm_learns_to_remember_while_a_runner_is_sigkilled_every_second(tmp
     its_rows = rows(out)
     assert [r["iteration"] for r in its_rows] == list(range(1, len(its_rows) + 1))
     assert kills >= 3  # (SIGKILLs that hit a live runner process)
+    # ftrl evaluate carries the state through each episode, greedy: it remembers too
+    proc = _ftrl("evaluate", str(out), "--episodes", "10", "--seed", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["episode_return_mean"] >= LEARNED
 
 
 @pytest.mark.timeout(300)
