@@ -85,3 +85,11 @@ class TargetNet(nn.Module):
         assert set(obs) == {"observations"} and inner["target"].shape[1:] == (self.target_dim,)
         h = self.body(torch.cat([inner["target"], inner["step"]], dim=-1))
         return self.logits(h), self.value(h).squeeze(-1)
+
+
+class StatefulNet(TinyNet):
+    """Returns (logits, value, state), as a recurrent model of its own would."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, value = super().forward(obs)
+        return logits, value, torch.zeros(obs.shape[0], 4)

@@ -113,6 +113,10 @@ class CustomActorCritic(FlatActorCritic):
 
     def _net_outputs(self, obs: torch.Tensor) -> tuple[Any, Any]:
         out = self.net(self._net_input(obs))
+        if isinstance(out, (tuple, list)) and len(out) == 3:
+            raise TypeError("forward returned 3 outputs, (logits, value, state) as a recurrent model would: a "
+                            "custom model that keeps a state of its own is not supported; write a stateless one "
+                            "and set use_lstm=True to wrap it in an LSTM")
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise TypeError(f"forward returned {type(out).__name__}, not (logits, value)")
         return out[0], out[1]

@@ -103,6 +103,8 @@ def test_state_outside_training_and_bad_input(tmp_path):
             algo.export_policy(tmp_path / "out")
     finally:
         algo.stop()
+    with pytest.raises(ConfigError, match=r"state of its own.*use_lstm=True"):
+        build_model(algo.spec, ModelConfig(custom_model="tests.custom_models:StatefulNet", use_lstm=True))
     with pytest.raises(ConfigError, match="max_seq_len"):
         IMPALAConfig().environment(REPEAT).training(model={"use_lstm": True, "max_seq_len": 0}).validate()
 
