@@ -24,20 +24,27 @@ from typing import Any
 from common import emit, machine
 
 ENV = "ftrl.testing.memory_envs:StatelessCartPole"
+#: the sampling comparison's model (small: what the runner's loop costs shows)
 LSTM = {"use_lstm": True, "lstm_cell_size": 64, "fcnet_hiddens": [64], "max_seq_len": 16, "vf_share_layers": True}
+#: the learning runs': RLlib's example's model (its DefaultModelConfig: cell 256, fc [256, 256])
+LEARN_LSTM = {"use_lstm": True, "lstm_cell_size": 256, "fcnet_hiddens": [256, 256], "max_seq_len": 50,
+              "vf_share_layers": True}
 
 
 def config(algo: str, seed: int) -> Any:
+    """RLlib's example's hyperparameters and its PPO defaults (lambda 1.0, clip 0.3, no grad
+    clip, vf_clip_param 10), but its KL term, which ftrl's PPO has not."""
     from ftrl.config import APPOConfig, PPOConfig
 
     if algo == "PPO":
-        cfg = PPOConfig().training(train_batch_size=2048, minibatch_size=512, num_epochs=6)
+        cfg = PPOConfig().training(train_batch_size=4000, minibatch_size=128, num_epochs=6, lambda_=1.0,
+                                   clip_param=0.3, vf_clip_param=10.0)
     else:
-        cfg = APPOConfig().training(train_batch_size=1024, minibatch_size=512, num_epochs=4)
+        cfg = APPOConfig().training(train_batch_size=1000, minibatch_size=500, num_epochs=6)
     return (cfg.environment(ENV)
-            .env_runners(num_env_runners=0, num_envs_per_env_runner=8, rollout_fragment_length=64,
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=8, rollout_fragment_length=50,
                          observation_filter="MeanStdFilter")
-            .training(lr=1e-3, gamma=0.99, entropy_coeff=0.0, vf_loss_coeff=0.5, model=LSTM)
+            .training(lr=3e-4, gamma=0.99, entropy_coeff=0.0, vf_loss_coeff=0.05, grad_clip=None, model=LEARN_LSTM)
             .debugging(seed=seed))
 
 
@@ -104,7 +111,7 @@ def main() -> None:
               "lstm_over_mlp": {n: round(rates[f"lstm_1x{n}"] / rates[f"mlp_1x{n}"], 3) for n in (8, 16)}})
         return
     runs = [learn(args.algo, seed, args.target, args.max_steps) for seed in args.seeds]
-    emit({"benchmark": "memory_learning", "machine": machine(), "env": ENV, "algo": args.algo, "model": LSTM,
+    emit({"benchmark": "memory_learning", "machine": machine(), "env": ENV, "algo": args.algo, "model": LEARN_LSTM,
           "target": args.target, "max_steps": args.max_steps, "runs": runs})
 
 
