@@ -62,7 +62,7 @@ def watch(algo: Any, *, episodes: int, seed: int | None = None, video_dir: Path 
             frames = [_render(env, env_id)] if video_dir is not None else []
             total, steps = 0.0, 0
             # a recurrent policy carries its state through the episode (from zero at its start)
-            state, action, reward = (algo.get_initial_state(), None, 0.0) if recurrent else (None, None, 0.0)
+            state, action, reward = algo.get_initial_state() if recurrent else None, None, 0.0
             while steps < max_steps:
                 if recurrent:
                     action, state = algo.compute_single_action(obs, state, prev_action=action, prev_reward=reward,

@@ -43,7 +43,7 @@ def test_a_dict_observation_is_its_leaves_side_by_side_the_mask_last():
     row = ObsEncoder(spec).encode(obs)
     assert row[3] == 1.0 and row[:20].sum() == 1.0 and row[20:26].tolist() == [0, 1, 0, 0, 0, 1]
     assert row[26:].tolist() == [1, 1, 0, 0, 1, 1]
-    assert env_action(spec, np.array([[2, 0]])) [0].tolist() == [2, 0]
+    assert env_action(spec, np.array([[2, 0]]))[0].tolist() == [2, 0]
 
 
 def test_bad_structured_input_is_named():
