@@ -93,3 +93,37 @@ class StatefulNet(TinyNet):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         logits, value = super().forward(obs)
         return logits, value, torch.zeros(obs.shape[0], 4)
+
+
+class RecurrentNet(nn.Module):
+    """A custom recurrent model: an nn.LSTM over [B, T, *obs_shape], its (h, c) the state."""
+
+    def __init__(self, obs_shape: tuple[int, ...], num_outputs: int, hidden: int = 16):
+        super().__init__()
+        self.hidden = hidden
+        self.lstm = nn.LSTM(math.prod(obs_shape), hidden, batch_first=True)
+        self.logits = nn.Linear(hidden, num_outputs)
+        self.value = nn.Linear(hidden, 1)
+
+    def get_initial_state(self) -> list[torch.Tensor]:
+        return [torch.zeros(self.hidden), torch.full((self.hidden,), 0.5)]  # c starts non-zero: not reset to 0
+
+    def forward(self, obs: torch.Tensor, state: list[torch.Tensor], seq_lens: torch.Tensor):
+        b, t = obs.shape[:2]
+        out, (h, c) = self.lstm(obs.reshape(b, t, -1), (state[0][None].contiguous(), state[1][None].contiguous()))
+        return self.logits(out), self.value(out).squeeze(-1), [h[0], c[0]]
+
+
+class RecurrentNoState(RecurrentNet):
+    """get_initial_state returns nothing."""
+
+    def get_initial_state(self) -> list[torch.Tensor]:
+        return []
+
+
+class RecurrentWrongState(RecurrentNet):
+    """Returns only h as the new state."""
+
+    def forward(self, obs: torch.Tensor, state: list[torch.Tensor], seq_lens: torch.Tensor):
+        logits, value, new_state = super().forward(obs, state, seq_lens)
+        return logits, value, new_state[:1]

@@ -63,35 +63,52 @@ class SingleActions:
 
     def initial_state(self, learner: Any) -> np.ndarray:
         """A recurrent policy's state at an episode's start; ValueError without one."""
+        return self._recurrent_model(learner).initial_state(1)[0].numpy()
+
+    def _recurrent_model(self, learner: Any) -> Any:
         model = self.model_of(learner)
         if not getattr(model, "recurrent", False):
-            raise ValueError("this policy has no state (it is not recurrent: model use_lstm is off)")
-        return model.initial_state(1)[0].numpy()
+            raise ValueError("this policy keeps no state (model use_lstm is off and no custom recurrent model "
+                             "is set): call it without a state")
+        return model
 
     def compute_recurrent(self, obs: Any, state: Any, prev_action: Any, prev_reward: float | None, obs_filter: Any,
                           learner: Any, explore: bool = False) -> tuple[Any, np.ndarray]:
         """(action, next state) of a recurrent policy for one raw observation from `state`."""
-        model = self.model_of(learner)
-        if not getattr(model, "recurrent", False):
-            raise ValueError("a state was given, but this policy has none (model use_lstm is off)")
-        want = tuple(model.initial_state(1).shape[1:])
-        state = np.asarray(state, np.float32).reshape(-1)
-        if state.shape != want:
-            raise ValueError(f"state has {state.size} values; this policy's has {want[0]} (get_initial_state())")
-        x = np.zeros((1, self.spec.obs_dim), np.float32)
-        self._encoder.write(x, 0, obs)
-        x = obs_filter(x, update=False)
+        actions, states = self.compute_recurrent_batch(
+            [obs], np.asarray(state, np.float32).reshape(1, -1), None if prev_action is None else [prev_action],
+            None if prev_reward is None else [prev_reward], obs_filter, learner, explore)
+        return actions[0], states[0]
+
+    def compute_recurrent_batch(self, batch: Any, states: Any, prev_actions: Any, prev_rewards: Any,
+                                obs_filter: Any, learner: Any, explore: bool = False) -> tuple[list[Any], np.ndarray]:
+        """(actions, next states [N, S]) of a recurrent policy for N raw observations from
+        `states` [N, S]; `prev_actions`/`prev_rewards`: N each, or None (zero, as at an
+        episode's start)."""
+        model = self._recurrent_model(learner)
+        items = list(batch)
+        n, want = len(items), int(model.initial_state(1).shape[1])
+        states = np.asarray(states, np.float32)
+        if states.shape != (n, want):
+            got = f"{states.size} values" if n == 1 else f"shape {states.shape}"
+            raise ValueError(f"state has {got}; this policy's has {want} per observation (get_initial_state())")
         spec = self.spec
-        action = np.zeros((1, *spec.action_row_shape), spec.action_dtype)
-        if prev_action is not None:
-            action[0] = _stored_action(spec, prev_action)
+        x = np.zeros((n, spec.obs_dim), np.float32)
+        action = np.zeros((n, *spec.action_row_shape), spec.action_dtype)
+        reward = np.zeros(n, np.float32)
+        for i, obs in enumerate(items):
+            self._encoder.write(x, i, obs)
+            if prev_actions is not None:
+                action[i] = _stored_action(spec, prev_actions[i])
+            if prev_rewards is not None:
+                reward[i] = float(prev_rewards[i] or 0.0)
+        x = obs_filter(x, update=False)
         device = next(model.parameters()).device
         with torch.inference_mode():
-            a, _, _, new_state = model.act_step(
-                torch.from_numpy(x).to(device), torch.from_numpy(state[None]).to(device),
-                torch.from_numpy(action).to(device),
-                torch.tensor([float(prev_reward or 0.0)], device=device), explore)
-        return env_action(spec, a.cpu().numpy())[0], new_state[0].cpu().numpy()
+            a, _, _, new_states = model.act_step(
+                torch.from_numpy(np.ascontiguousarray(x)).to(device), torch.from_numpy(states).to(device),
+                torch.from_numpy(action).to(device), torch.from_numpy(reward).to(device), explore)
+        return list(env_action(spec, a.cpu().numpy())), new_states.cpu().numpy()
 
 
 def _stored_action(spec: SpaceSpec, action: Any) -> np.ndarray:

@@ -448,10 +448,16 @@ class Algorithm:
         policy without one."""
         return self._actions.initial_state(self.learner)
 
-    def compute_actions(self, observations: Any, explore: bool = False) -> list[Any]:
-        """The policy's actions for a batch of raw observations (one forward pass; a
-        recurrent policy's from an episode's start)."""
-        return self._actions.compute_batch(observations, self.run_state.filter, self.learner, explore)
+    def compute_actions(self, observations: Any, state: Any = None, *, prev_action: Any = None,
+                        prev_reward: Any = None, explore: bool = False) -> Any:
+        """The policy's actions for a batch of raw observations (one forward pass). With
+        `state` (a recurrent policy's, one row per observation [N, S]) and optionally a
+        `prev_action` and `prev_reward` per observation: `(actions, states_out [N, S])`;
+        without, the actions from an episode's start."""
+        if state is None:
+            return self._actions.compute_batch(observations, self.run_state.filter, self.learner, explore)
+        return self._actions.compute_recurrent_batch(observations, state, prev_action, prev_reward,
+                                                     self.run_state.filter, self.learner, explore)
 
     def export_policy(self, directory: str | Path, format: str = "torchscript") -> Path:
         """Write the greedy policy as one file that runs without ftrl: DIRECTORY/policy.pt

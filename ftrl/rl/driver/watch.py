@@ -56,13 +56,16 @@ def watch(algo: Any, *, episodes: int, seed: int | None = None, video_dir: Path 
         if video_dir is not None:  # one frame now: an env that cannot render fails before any episode
             env.reset(seed=seed)
             _render(env, env_id)
-        recurrent = bool(cfg.model_config.use_lstm)
+        try:  # a recurrent policy carries its state through each episode, from its start state
+            start_state = algo.get_initial_state()
+        except ValueError:
+            start_state = None
+        recurrent = start_state is not None
         for index in range(episodes):
             obs, _ = env.reset(seed=None if seed is None else seed + index)
             frames = [_render(env, env_id)] if video_dir is not None else []
             total, steps = 0.0, 0
-            # a recurrent policy carries its state through the episode (from zero at its start)
-            state, action, reward = algo.get_initial_state() if recurrent else None, None, 0.0
+            state, action, reward = start_state, None, 0.0
             while steps < max_steps:
                 if recurrent:
                     action, state = algo.compute_single_action(obs, state, prev_action=action, prev_reward=reward,

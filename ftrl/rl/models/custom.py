@@ -37,7 +37,7 @@ from torch import nn
 
 from ftrl.config import ModelConfig
 from ftrl.config.user_code import import_user_class
-from ftrl.rl.models.base import FlatActorCritic, action_log_std, named_layout
+from ftrl.rl.models.base import FlatActorCritic, Layout, action_log_std, named_layout
 from ftrl.rl.space_parts import MASK_KEY, ObsPart
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.wire.errors import ConfigError
@@ -76,47 +76,67 @@ def load_custom_model(path: str) -> type[nn.Module]:
                              "a torch.nn.Module class (forward(obs) -> (logits, value))")
 
 
+def keeps_state(cls: type[nn.Module]) -> bool:
+    """Whether a custom model class is recurrent (it defines `get_initial_state`)."""
+    return callable(getattr(cls, "get_initial_state", None))
+
+
+def construct_module(cls: type[nn.Module], path: str, spec: SpaceSpec, model: ModelConfig) -> nn.Module:
+    """`cls(obs_shape, num_outputs, **custom_model_config)`; ConfigError if it raises."""
+    obs_shape, kwargs = model_obs_shape(spec), dict(model.custom_model_config)
+    try:
+        return cls(obs_shape, spec.act_dim, **kwargs)
+    except Exception as e:
+        raise ConfigError(
+            f"model custom_model {path!r}: {cls.__name__}({obs_shape}, {spec.act_dim}, "
+            f"**custom_model_config={kwargs!r}) raised {type(e).__name__}: {e}"
+        ) from None
+
+
+def checked_layout(model: nn.Module, path: str) -> Layout:
+    """The adapter's layout; ConfigError when the user's module has no parameters."""
+    layout = named_layout(model)
+    if not layout:
+        raise ConfigError(f"model custom_model {path!r} has no parameters")
+    return layout
+
+
+def module_input(spec: SpaceSpec, obs_shape: Any, rows: torch.Tensor, lead: tuple[int, ...]) -> Any:
+    """Flat rows (the mask dropped) as the module takes them: [*lead, *obs_shape], or
+    nested dicts of leaves [*lead, *leaf_shape]."""
+    if spec.obs_kind != "struct":
+        return rows.reshape(*lead, *obs_shape)
+    leaves = {}
+    for p in _leaves(spec):
+        cols = rows[:, p.offset: p.offset + p.dim]
+        leaves[p.path] = cols.reshape(*lead, p.dim) if p.kind == "discrete" else cols.reshape(*lead, *p.shape)
+    return _nest(leaves)
+
+
 class CustomActorCritic(FlatActorCritic):
     """The user's module (`self.net`) under ftrl's model interface."""
 
     def __init__(self, spec: SpaceSpec, model: ModelConfig):
         super().__init__()
         path = str(model.custom_model)
-        cls = load_custom_model(path)
         self.spec = spec
         self.discrete = spec.act_kind == "discrete"
         self.obs_shape = model_obs_shape(spec)
-        kwargs = dict(model.custom_model_config)
-        try:
-            self.net = cls(self.obs_shape, spec.act_dim, **kwargs)
-        except Exception as e:
-            raise ConfigError(
-                f"model custom_model {path!r}: {cls.__name__}({self.obs_shape}, {spec.act_dim}, "
-                f"**custom_model_config={kwargs!r}) raised {type(e).__name__}: {e}"
-            ) from None
+        self.net = construct_module(load_custom_model(path), path, spec, model)
         self.feature_dim = spec.act_dim
         self.register_parameter("log_std", action_log_std(spec, model.init_log_std, model.free_log_std))
-        self.layout = named_layout(self)
-        if not self.layout:
-            raise ConfigError(f"model custom_model {path!r} has no parameters")
+        self.layout = checked_layout(self, path)
         self._check_outputs(path)
 
     def _net_input(self, rows: torch.Tensor) -> Any:
-        """Flat rows as the module takes them: [B, *obs_shape], or nested dicts of leaves."""
-        if self.spec.obs_kind != "struct":
-            return rows.reshape(-1, *self.obs_shape)
-        leaves = {}
-        for p in _leaves(self.spec):
-            cols = rows[:, p.offset: p.offset + p.dim]
-            leaves[p.path] = cols if p.kind == "discrete" else cols.reshape(-1, *p.shape)
-        return _nest(leaves)
+        return module_input(self.spec, self.obs_shape, rows, (rows.shape[0],))
 
     def _net_outputs(self, obs: torch.Tensor) -> tuple[Any, Any]:
         out = self.net(self._net_input(obs))
         if isinstance(out, (tuple, list)) and len(out) == 3:
-            raise TypeError("forward returned 3 outputs, (logits, value, state) as a recurrent model would: a "
-                            "custom model that keeps a state of its own is not supported; write a stateless one "
-                            "and set use_lstm=True to wrap it in an LSTM")
+            raise TypeError("forward returned 3 outputs, (logits, value, state) as a recurrent model would, but "
+                            "the class has no get_initial_state(): define it for a custom recurrent model "
+                            "(forward(obs, state, seq_lens)), or write a stateless one and set use_lstm=True")
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise TypeError(f"forward returned {type(out).__name__}, not (logits, value)")
         return out[0], out[1]

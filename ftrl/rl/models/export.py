@@ -16,11 +16,20 @@ A Dict or Tuple observation goes in as the flat float32 row ftrl encodes it into
 one-hot, the `action_mask` last): the mask is applied in the graph (a masked choice is
 never the action). A structured action comes out as one row per observation: a column
 per discrete leaf (its argmax) and the clipped means of each Box leaf, in order.
+
+A recurrent policy (`use_lstm`, or a custom recurrent model) takes three more inputs and
+gives one more output, one step at a time: `(obs, state_in [B, S], prev_action,
+prev_reward [B]) -> (logits, action, state_out [B, S])`. The state is the flat row
+`get_initial_state()` gives (at an episode's start: the row written beside the file as
+`initial_state.npy`, zeros for `use_lstm`); `prev_action` the previous step's action as a
+batch stores it (int64 [B] for Discrete, the action row otherwise; zeros at an episode's
+start), `prev_reward` the previous reward (zero at an episode's start).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -60,18 +69,24 @@ class GreedyPolicy(nn.Module):
         self.register_buffer("high", torch.as_tensor(high))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, _ = self.model._outputs(self._filtered(obs))
+        return logits, self._greedy(logits)
+
+    def _filtered(self, obs: torch.Tensor) -> torch.Tensor:
         if self.discrete_obs:
             x = nn.functional.one_hot(obs.reshape(-1).long(), self.obs_dim).float()
         else:
             x = obs.reshape(obs.shape[0], self.obs_dim).float()
         if self.filtered:
             x = torch.maximum(torch.minimum((x - self.mean) * self.inv_std, self.bound), -self.bound)
-        logits, _ = self.model._outputs(x)
+        return x
+
+    def _greedy(self, logits: torch.Tensor) -> torch.Tensor:
         if self.slices:
-            return logits, self._greedy_parts(logits)
+            return self._greedy_parts(logits)
         if self.discrete_act:
-            return logits, logits.argmax(dim=-1)
-        return logits, torch.maximum(torch.minimum(logits, self.high), self.low)
+            return logits.argmax(dim=-1)
+        return torch.maximum(torch.minimum(logits, self.high), self.low)
 
     def _greedy_parts(self, logits: torch.Tensor) -> torch.Tensor:
         columns = []
@@ -85,12 +100,32 @@ class GreedyPolicy(nn.Module):
         return torch.cat(columns, dim=-1)
 
 
+class RecurrentGreedyPolicy(GreedyPolicy):
+    """One step of a recurrent policy: (obs, state_in, prev_action, prev_reward) ->
+    (logits, greedy action, state_out)."""
+
+    def forward(self, obs: torch.Tensor, state_in: torch.Tensor, prev_action: torch.Tensor,  # type: ignore[override]
+                prev_reward: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, _, state_out = self.model.step(self._filtered(obs), state_in, prev_action, prev_reward)
+        return logits, self._greedy(logits), state_out
+
+
 def example_batch(spec: SpaceSpec, n: int = 2) -> torch.Tensor:
     """A batch of `n` observations of the right shape and dtype (what tracing feeds)."""
     if spec.obs_kind == "discrete":
         return torch.zeros(n, dtype=torch.int64)
     dtype = torch.uint8 if spec.obs_dtype == "uint8" else torch.float32
     return torch.zeros((n, *spec.obs_shape), dtype=dtype)
+
+
+def example_inputs(model: nn.Module, spec: SpaceSpec, n: int = 2) -> tuple[torch.Tensor, ...]:
+    """What tracing feeds: a batch of observations, and for a recurrent model its initial
+    states, previous actions and rewards."""
+    obs = example_batch(spec, n)
+    if not getattr(model, "recurrent", False):
+        return (obs,)
+    action = torch.from_numpy(np.zeros((n, *spec.action_row_shape), spec.action_dtype))
+    return obs, model.initial_state(n), action, torch.zeros(n)
 
 
 def random_batch(spec: SpaceSpec, n: int, seed: int = 0) -> np.ndarray:
@@ -112,26 +147,26 @@ def export_policy(model: nn.Module, spec: SpaceSpec, affine: tuple[np.ndarray, n
     or a model that cannot be traced or exported (naming `model_name` and the format)."""
     if fmt not in FORMATS:
         raise ConfigError(f"export format {fmt!r} is not one of {sorted(FORMATS)}")
-    if getattr(model, "recurrent", False):
-        raise ConfigError("exporting a recurrent policy (model use_lstm) is not supported yet: its graph "
-                          "needs state inputs and outputs")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     path = out / FORMATS[fmt]
-    policy = GreedyPolicy(model, spec, affine).eval()
+    recurrent = bool(getattr(model, "recurrent", False))
+    policy = (RecurrentGreedyPolicy if recurrent else GreedyPolicy)(model, spec, affine).eval()
     for p in policy.parameters():
         p.requires_grad_(False)
-    example = example_batch(spec)
+    example = example_inputs(model, spec)
     what = model_name or type(model).__name__
     tmp = path.with_name(path.name + ".tmp")
     try:
         with torch.no_grad():
             if fmt == "torchscript":
-                traced = torch.jit.trace(policy, (example,), check_trace=False)
+                traced = torch.jit.trace(policy, example, check_trace=False)
                 torch.jit.save(traced, str(tmp))
             else:
                 _export_onnx(policy, example, tmp)
         _check_exported(policy, spec, tmp, fmt)
+        if recurrent:
+            write_initial_state(out / "initial_state.npy", model.initial_state(1)[0].numpy())
     except ConfigError:
         tmp.unlink(missing_ok=True)
         raise
@@ -151,41 +186,72 @@ def _check_exported(policy: GreedyPolicy, spec: SpaceSpec, path: Path, fmt: str)
             log.warning("onnxruntime is not installed: %s is not checked against the model", path)
             return
     obs = random_batch(spec, 3, seed=1)
-    with torch.no_grad():
-        want_logits, want_action = (t.numpy() for t in policy(torch.as_tensor(obs)))
-    got_logits, got_action = load_exported(path, fmt)(obs)
-    same_logits = np.allclose(got_logits, want_logits, rtol=1e-3, atol=1e-4)
-    same_actions = spec.act_kind == "box" or np.array_equal(np.asarray(got_action), want_action)
-    if not (same_logits and same_actions):
+    run = load_exported(path, fmt)
+    if not isinstance(policy, RecurrentGreedyPolicy):
+        with torch.no_grad():
+            want = [t.numpy() for t in policy(torch.as_tensor(obs))]
+        _same(spec, run(obs), want)
+        return
+    inputs = [t.numpy() for t in example_inputs(policy.model, spec, 3)][1:]
+    for _ in range(3):  # three steps, each from the state the last gave
+        with torch.no_grad():
+            want = [t.numpy() for t in policy(torch.as_tensor(obs), *map(torch.as_tensor, inputs))]
+        got = run(obs, *inputs)
+        _same(spec, got, want)
+        inputs = [np.asarray(got[2]), np.asarray(want[1], inputs[1].dtype).reshape(inputs[1].shape),
+                  np.ones(3, np.float32)]
+
+
+def _same(spec: SpaceSpec, got: Any, want: Any) -> None:
+    same_logits = np.allclose(got[0], want[0], rtol=1e-3, atol=1e-4)
+    same_actions = spec.act_kind == "box" or np.array_equal(np.asarray(got[1]), want[1])
+    same_state = len(want) < 3 or np.allclose(got[2], want[2], rtol=1e-3, atol=1e-4)
+    if not (same_logits and same_actions and same_state):
         raise ValueError("the exported graph does not reproduce the model on a new batch (Python control "
                          "flow or numpy in forward() depends on the data: it was frozen by the trace)")
 
 
-def _export_onnx(policy: GreedyPolicy, example: torch.Tensor, path: Path) -> None:
+def write_initial_state(path: Path, state: np.ndarray) -> None:
+    """`initial_state.npy` beside a recurrent export, written atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, np.asarray(state, np.float32))
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def _export_onnx(policy: GreedyPolicy, example: tuple[torch.Tensor, ...], path: Path) -> None:
     try:
         import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
     except ImportError:
         raise ConfigError("format 'onnx' needs the onnx and onnxscript packages: "
                           "pip install 'ftrl[export]'") from None
     batch = torch.export.Dim("batch", min=1)
-    shapes = ({0: batch},)
-    torch.onnx.export(policy, (example,), str(path), input_names=["obs"], output_names=["logits", "action"],
+    shapes = tuple({0: batch} for _ in example)
+    recurrent = len(example) > 1
+    inputs = ["obs", "state_in", "prev_action", "prev_reward"] if recurrent else ["obs"]
+    outputs = ["logits", "action", "state_out"] if recurrent else ["logits", "action"]
+    torch.onnx.export(policy, example, str(path), input_names=inputs, output_names=outputs,
                       dynamic_shapes=shapes, dynamo=True, verbose=False, optimize=True, external_data=False)
 
 
 def load_exported(path: str | Path, fmt: str | None = None) -> Any:
-    """A callable `obs -> (logits, action)` (numpy in and out) over an exported file, for
-    tests and for a check beside ftrl's own actions (`fmt`: by the file's suffix if None)."""
+    """A callable `obs -> (logits, action)` (a recurrent policy's: `(obs, state_in,
+    prev_action, prev_reward) -> (logits, action, state_out)`; numpy in and out) over an
+    exported file, for tests and for a check beside ftrl's own actions (`fmt`: by the
+    file's suffix if None)."""
     path = Path(path)
     if (fmt or ("onnx" if path.suffix == ".onnx" else "torchscript")) == "onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return lambda obs: tuple(session.run(None, {"obs": np.asarray(obs)}))
+        names = [i.name for i in session.get_inputs()]
+        return lambda *inputs: tuple(session.run(None, {n: np.asarray(x) for n, x in zip(names, inputs, strict=True)}))
     module = torch.jit.load(str(path))
 
-    def run(obs: Any) -> tuple[np.ndarray, ...]:
+    def run(*inputs: Any) -> tuple[np.ndarray, ...]:
         with torch.no_grad():
-            return tuple(t.numpy() for t in module(torch.as_tensor(np.asarray(obs))))
+            return tuple(t.numpy() for t in module(*(torch.as_tensor(np.asarray(x)) for x in inputs)))
 
     return run

@@ -8,7 +8,8 @@
   also when no model key is given; `conv_filters=[]` there is an error;
 - a Dict or Tuple observation holding images: `StructActorCritic` (a CNN per image,
   an MLP over the other leaves);
-- `custom_model`: the user's module in `CustomActorCritic`;
+- `custom_model`: the user's module in `CustomActorCritic`; a module that defines
+  `get_initial_state` is recurrent itself, in `CustomRecurrentActorCritic`;
 - `use_lstm`: any of these inside `RecurrentActorCritic` (an LSTM between its features and
   the heads).
 (`ftrl.rl.models.kinds.model_kind` decides, without torch.)
@@ -28,6 +29,14 @@ def build_model(spec: SpaceSpec, model_config: ModelConfig | None = None) -> nn.
     num_params, layout). ConfigError for a model that cannot work on them."""
     model_config = model_config or ModelConfig()
     kind = model_kind(spec, model_config)
+    if kind == "custom":
+        from ftrl.rl.models.custom import keeps_state, load_custom_model
+
+        cls = load_custom_model(str(model_config.custom_model))
+        if keeps_state(cls):
+            from ftrl.rl.models.custom_recurrent import CustomRecurrentActorCritic
+
+            return CustomRecurrentActorCritic(spec, model_config, cls)
     if model_config.use_lstm:
         from ftrl.rl.models.recurrent import RecurrentActorCritic, encoder_of
 

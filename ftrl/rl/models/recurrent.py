@@ -40,10 +40,53 @@ def encoder_of(spec: SpaceSpec, model: ModelConfig) -> tuple[SpaceSpec, ModelCon
     return inner_spec, dataclasses.replace(model, use_lstm=False, vf_share_layers=True)
 
 
-class RecurrentActorCritic(FlatActorCritic):
-    """The wrapped model's features -> LSTM cell -> policy and value heads."""
+class RecurrentBase(FlatActorCritic):
+    """What every recurrent model shares: the one-step API over `step` (the runners,
+    `compute_single_action`), given `initial_state`, `step` and `evaluate_sequence`."""
 
     recurrent = True
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """The state at an episode's start, [batch, S] (one flat row per sub-env)."""
+        raise NotImplementedError
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor, prev_action: torch.Tensor,
+             prev_reward: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits or means, values, the next state) for one step of a batch."""
+        raise NotImplementedError
+
+    def evaluate_sequence(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs of the batch's actions, entropies and values, [T, B], unrolled from
+        `state_in` over `obs` [T, B, D]; after a step that ended an episode (terminated
+        or truncated) the state starts again from `initial_state`."""
+        raise NotImplementedError
+
+    def act_step(self, obs: torch.Tensor, state: torch.Tensor, prev_action: torch.Tensor,
+                 prev_reward: torch.Tensor, explore: bool = True
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actions (sampled, or the mode), their log-probs, values and the next state."""
+        out, values, new_state = self.step(obs, state, prev_action, prev_reward)
+        return (*self._sample(out, explore), values, new_state)
+
+    def _zeros(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n = obs.shape[0]
+        action = torch.zeros((n, *self.spec.action_row_shape), device=obs.device)
+        return self.initial_state(n).to(obs.device), action, torch.zeros(n, device=obs.device)
+
+    def act(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`act_step` from an episode's start (no state given)."""
+        return self.act_step(obs, *self._zeros(obs), explore)[:3]
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs) from an episode's start (no state given)."""
+        return self.step(obs, *self._zeros(obs))[1]
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        raise TypeError("a recurrent model is evaluated over sequences: evaluate_sequence")
+
+
+class RecurrentActorCritic(RecurrentBase):
+    """The wrapped model's features -> LSTM cell -> policy and value heads."""
 
     def __init__(self, spec: SpaceSpec, model: ModelConfig, encoder: nn.Module):
         """`encoder`: the wrapped model, built from `encoder_of(spec, model)`."""
@@ -65,7 +108,6 @@ class RecurrentActorCritic(FlatActorCritic):
     # ---- state
 
     def initial_state(self, batch: int) -> torch.Tensor:
-        """The state at an episode's start, [batch, 2 * lstm_cell_size]."""
         return torch.zeros(batch, 2 * self.cell_size)
 
     def _prev_features(self, prev_action: torch.Tensor, prev_reward: torch.Tensor) -> list[torch.Tensor]:
@@ -95,42 +137,16 @@ class RecurrentActorCritic(FlatActorCritic):
 
     def step(self, obs: torch.Tensor, state: torch.Tensor, prev_action: torch.Tensor,
              prev_reward: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logits or means, values, the next state) for one step of a batch."""
         x = torch.cat([self.encoder.features(self._input(obs)), *self._prev_features(prev_action, prev_reward)],
                       dim=-1)
         new_state = self._cell(x, state)
         out, values = self._heads(new_state[:, : self.cell_size], obs)
         return out, values, new_state
 
-    def act_step(self, obs: torch.Tensor, state: torch.Tensor, prev_action: torch.Tensor,
-                 prev_reward: torch.Tensor, explore: bool = True
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Actions (sampled, or the mode), their log-probs, values and the next state."""
-        out, values, new_state = self.step(obs, state, prev_action, prev_reward)
-        return (*self._sample(out, explore), values, new_state)
-
-    def _zeros(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        n = obs.shape[0]
-        action = torch.zeros((n, *self.spec.action_row_shape), device=obs.device)
-        return self.initial_state(n).to(obs.device), action, torch.zeros(n, device=obs.device)
-
-    def act(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`act_step` from an episode's start (no state given)."""
-        return self.act_step(obs, *self._zeros(obs), explore)[:3]
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V(obs) from an episode's start (no state given)."""
-        return self.step(obs, *self._zeros(obs))[1]
-
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        raise TypeError("a recurrent model is evaluated over sequences: evaluate_sequence")
-
     # ---- whole fragments (learners)
 
     def evaluate_sequence(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probs of the batch's actions, entropies and values, [T, B], unrolled from
-        `state_in` over `obs` [T, B, D]; after a step that ended an episode (terminated
-        or truncated) the state and the previous action and reward start from zero."""
+        # after a step that ended an episode the previous action and reward start from zero too
         obs, actions = batch["obs"], batch["actions"]
         t_len, width = batch["rewards"].shape
         flat_obs = obs.reshape(t_len * width, -1)

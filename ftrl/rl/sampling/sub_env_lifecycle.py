@@ -78,7 +78,8 @@ class SubEnvLifecycle:
     _obs_misfits: dict[int, str]  # sub-env -> why its structured observation did not fit
     _failures_logged: tuple[float, int]  # (the minute's start, failures logged in it)
     _recurrent: bool  # the policy keeps a state per sub-env (use_lstm)
-    _rnn_state: np.ndarray  # [E, state size], zero at an episode's start
+    _rnn_state: np.ndarray  # [E, state size], the policy's initial state at an episode's start
+    _rnn_state_at_start: np.ndarray  # [state size]: that initial state
     _prev_action: np.ndarray  # [E, *action_row_shape]: the action each sub-env took last
     _prev_reward: np.ndarray  # [E]
     _seq_len: int  # max_seq_len: a fragment notes what its sequences start from every so many steps
@@ -113,12 +114,13 @@ class SubEnvLifecycle:
     # ------------------------------------------------------------------ recurrent policies (use_lstm)
 
     def _init_recurrent(self) -> None:
-        """A state per sub-env (zero: episodes start), and the previous action and reward."""
+        """A state per sub-env (the initial one: episodes start), and the previous action and reward."""
         self._recurrent = bool(self.policy.recurrent)
         self._seq_len = int(self.config.model_config.max_seq_len)
         if self._recurrent:
             e = self.num_envs
             self._rnn_state = self.policy.initial_state(e)
+            self._rnn_state_at_start = self._rnn_state[0].copy()
             self._prev_action = np.zeros((e, *self.spec.action_row_shape), self.spec.action_dtype)
             self._prev_reward = np.zeros(e, np.float32)
 
@@ -150,9 +152,9 @@ class SubEnvLifecycle:
         return actions
 
     def _forget_states(self, rows: Any) -> None:
-        """Sub-envs `rows` start new episodes: their state, previous action and reward zeroed."""
+        """Sub-envs `rows` start new episodes: the initial state, previous action and reward zeroed."""
         rows = list(rows)
-        self._rnn_state[rows] = 0.0
+        self._rnn_state[rows] = self._rnn_state_at_start
         self._prev_action[rows] = 0
         self._prev_reward[rows] = 0.0
 

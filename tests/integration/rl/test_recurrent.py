@@ -1,7 +1,7 @@
 """use_lstm on real processes: APPO and PPO learn a task a memoryless policy cannot (repeat the
 first observation: an MLP tops out at a quarter of the best return) while a runner is SIGKILLed
 every second, and IMPALA with an LSTM on two learners survives one SIGKILLed mid-run
-without applying an update twice."""
+without applying an update twice; a custom recurrent model by import path learns it too."""
 
 from __future__ import annotations
 
@@ -33,12 +33,11 @@ sample_timeout_s = 10.0
 lr = 0.003
 train_batch_size = 640
 [training.model]
-use_lstm = true
-lstm_cell_size = 32
-fcnet_hiddens = [32]
+{model}
 [reporting]
 min_time_s_per_iteration = 0.3
 """
+LSTM = "use_lstm = true\nlstm_cell_size = 32\nfcnet_hiddens = [32]"
 #: the best return is 4 (the token, one of 4, repeated at steps 1-4); without memory 1
 LEARNED = 3.5
 
@@ -47,9 +46,9 @@ def rows(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.endswith("}")]
 
 
-def train(tmp_path: Path, algo: str, job: str, *extra: str):
+def train(tmp_path: Path, algo: str, job: str, *extra: str, model: str = LSTM):
     config = tmp_path / f"{job}.toml"
-    config.write_text(JOB.format(algo=algo))
+    config.write_text(JOB.format(algo=algo, model=model))
     argv = [sys.executable, "-m", "ftrl", "train", "--config", str(config), "--output", str(tmp_path / "run"),
             "--job-name", job, "--seed", "0", "--quiet", *extra]
     return running_train(argv)
@@ -99,3 +98,18 @@ def test_impala_with_an_lstm_on_two_learners_survives_a_learner_sigkill(tmp_path
     assert its_rows[-1]["weights_version"] == sum(r["num_learner_updates_this_iter"] for r in its_rows)
     assert its_rows[-1]["num_learners"] == 2 and its_rows[-1]["mesh_epoch"] > its_rows[0]["mesh_epoch"]
     assert its_rows[-1]["episode_return_mean"] > 1.5  # past what a memoryless policy can do
+
+
+@pytest.mark.timeout(300)
+def test_a_custom_recurrent_model_by_import_path_learns_to_remember(tmp_path):
+    out = tmp_path / "run"
+    model = 'custom_model = "tests.custom_models:RecurrentNet"\ncustom_model_config = {hidden = 32}\nmax_seq_len = 5'
+    with train(tmp_path, "PPO", "rnn", "--stop-reward", str(LEARNED), "--stop-timesteps", "400000",
+               "--set", "minibatch_size=160", "--set", "num_epochs=4", model=model) as proc:
+        _, stderr = proc.communicate(timeout=280)
+    assert proc.returncode == 0, stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["stop_reason"] == "stop_reward" and result["episode_return_mean"] >= LEARNED, result
+    proc = _ftrl("evaluate", str(out), "--episodes", "10", "--seed", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["episode_return_mean"] >= LEARNED  # the state carried through each episode
