@@ -8,7 +8,8 @@ steps), one run per seed, learner and sampling in this process (8 sub-envs).
 
 `--what sample`: env steps per CPU second of one EnvRunner in this process on
 StatelessCartPole with the LSTM policy (torch, one thread) against the MLP (numpy), at
-8 and 16 sub-envs x 64-step fragments, alternating short chunks.
+8 and 16 sub-envs x 64-step fragments, alternating short chunks; then 1x8 and 2x8
+runner processes x sub-envs sampling at once (env steps per second and per CPU second).
 
     python benchmarks/memory.py --what learn --algo PPO --seeds 0 1 2 [--max-steps 2000000]
     python benchmarks/memory.py --what sample
@@ -32,19 +33,24 @@ LEARN_LSTM = {"use_lstm": True, "lstm_cell_size": 256, "fcnet_hiddens": [256, 25
 
 
 def config(algo: str, seed: int) -> Any:
-    """RLlib's example's hyperparameters and its PPO defaults (lambda 1.0, clip 0.3, no grad
-    clip, vf_clip_param 10), but its KL term, which ftrl's PPO has not."""
+    """RLlib's examples' hyperparameters (rllib/tuned_examples/{ppo,appo}/stateless_cartpole_*.py)
+    and their algorithms' defaults. PPO: lr 3e-4, vf_loss_coeff 0.05, 6 epochs of 128-step
+    minibatches of 4000-step batches, lambda 1.0, clip 0.3, no grad clip, vf_clip_param 10,
+    the KL term (kl_coeff 0.2, kl_target 0.01), no entropy bonus. APPO: lr 5e-4, 6 epochs,
+    vf_loss_coeff 0.05, grad_clip 20, 500-step batches, entropy_coeff 0.01, clip 0.4."""
     from ftrl.config import APPOConfig, PPOConfig
 
     if algo == "PPO":
         cfg = PPOConfig().training(train_batch_size=4000, minibatch_size=128, num_epochs=6, lambda_=1.0,
-                                   clip_param=0.3, vf_clip_param=10.0)
+                                   clip_param=0.3, vf_clip_param=10.0, use_kl_loss=True, kl_coeff=0.2,
+                                   kl_target=0.01, lr=3e-4, entropy_coeff=0.0, grad_clip=None)
     else:
-        cfg = APPOConfig().training(train_batch_size=1000, minibatch_size=500, num_epochs=6)
+        cfg = APPOConfig().training(train_batch_size=500, minibatch_size=500, num_epochs=6, lr=5e-4,
+                                    entropy_coeff=0.01, grad_clip=20.0, clip_param=0.4)
     return (cfg.environment(ENV)
             .env_runners(num_env_runners=0, num_envs_per_env_runner=8, rollout_fragment_length=50,
                          observation_filter="MeanStdFilter")
-            .training(lr=3e-4, gamma=0.99, entropy_coeff=0.0, vf_loss_coeff=0.05, grad_clip=None, model=LEARN_LSTM)
+            .training(gamma=0.99, vf_loss_coeff=0.05, model=LEARN_LSTM)
             .debugging(seed=seed))
 
 
@@ -94,6 +100,45 @@ def sample_rates(rounds: int, seconds: float) -> dict[str, Any]:
     return {k: round(statistics.median(v)) for k, v in rates.items()}
 
 
+def _runner_process(model: dict[str, Any], envs: int, seconds: float) -> tuple[int, float]:
+    """One EnvRunner sampling for `seconds` (after a warm-up fragment): (env steps, CPU s)."""
+    import torch
+
+    from ftrl.config import PPOConfig
+    from ftrl.rl.sampling.env_runner import EnvRunner
+
+    torch.set_num_threads(1)
+    cfg = (PPOConfig().environment(ENV).env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=64)
+           .training(model=model).debugging(seed=0))
+    runner = EnvRunner(cfg.to_dict(), worker_index=1, set_torch_threads=False)
+    try:
+        runner.sample()
+        steps, cpu0, end = 0, time.process_time(), time.monotonic() + seconds
+        while time.monotonic() < end:
+            steps += runner.sample()["env_steps"]
+        return steps, time.process_time() - cpu0
+    finally:
+        runner.stop()
+
+
+def parallel_rates(runners: int, envs: int, seconds: float) -> dict[str, Any]:
+    """`runners` runner processes x `envs` sub-envs sampling at once, MLP then LSTM: env
+    steps per wall second (all runners) and per CPU second of the runners."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = {}
+    for name, model in (("mlp", {"fcnet_hiddens": [64]}), ("lstm", LSTM)):
+        start = time.monotonic()
+        with ProcessPoolExecutor(runners, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_runner_process, [model] * runners, [envs] * runners, [seconds] * runners))
+        steps, cpu = sum(r[0] for r in results), sum(r[1] for r in results)
+        out[f"{name}_{runners}x{envs}"] = {"env_steps_per_s": round(steps / seconds),
+                                          "env_steps_per_cpu_s": round(steps / max(cpu, 1e-9)),
+                                          "wall_s_with_startup": round(time.monotonic() - start, 1)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--what", choices=("learn", "sample"), default="learn")
@@ -106,9 +151,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.what == "sample":
         rates = sample_rates(args.rounds, args.seconds)
+        shapes = {**parallel_rates(1, 8, 6 * args.seconds), **parallel_rates(2, 8, 6 * args.seconds)}
         emit({"benchmark": "memory_sampling", "machine": machine(), "env": ENV,
               "env_steps_per_cpu_s": rates,
-              "lstm_over_mlp": {n: round(rates[f"lstm_1x{n}"] / rates[f"mlp_1x{n}"], 3) for n in (8, 16)}})
+              "lstm_over_mlp": {n: round(rates[f"lstm_1x{n}"] / rates[f"mlp_1x{n}"], 3) for n in (8, 16)},
+              "runner_processes": shapes,
+              "lstm_over_mlp_per_s": {s: round(shapes[f"lstm_{s}"]["env_steps_per_s"]
+                                               / shapes[f"mlp_{s}"]["env_steps_per_s"], 3) for s in ("1x8", "2x8")}})
         return
     runs = [learn(args.algo, seed, args.target, args.max_steps) for seed in args.seeds]
     emit({"benchmark": "memory_learning", "machine": machine(), "env": ENV, "algo": args.algo, "model": LEARN_LSTM,

@@ -18,7 +18,7 @@ from ftrl.config.fields import (
     positive_int,
     unit_interval,
 )
-from ftrl.config.keys import LIVE
+from ftrl.config.keys import LIVE, NEVER
 from ftrl.config.sections import TrainingConfig
 from ftrl.wire.errors import ConfigError
 
@@ -45,6 +45,14 @@ class PPOTrainingConfig(TrainingConfig):
         None, "clip of the value-function update (None: no clip)", check=positive_float, change=LIVE
     )
     entropy_coeff: float = option(0.0, "weight of the entropy bonus", check=non_negative_float, change=LIVE)
+    use_kl_loss: bool = option(
+        False, "add kl_coeff * KL(sampling policy || policy) to the loss (RLlib's default is on)", change=LIVE
+    )
+    kl_coeff: float = option(
+        0.2, "initial weight of the KL loss", check=non_negative_float,
+        change=NEVER,  # read as the learners start; the adapted weight is learner state (checkpointed)
+    )
+    kl_target: float = option(0.01, "the KL the coefficient is tuned towards", check=positive_float, change=LIVE)
     normalize_advantages: bool = option(True, "normalize advantages per minibatch", change=LIVE)
     adam_epsilon: float = option(1e-5, "Adam epsilon", check=positive_float, change=LIVE)
 

@@ -103,10 +103,13 @@ def _empty_batch(spec: SpaceSpec, device: torch.device) -> dict[str, torch.Tenso
 
 
 def ppo_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], clip: float,
-             hp: PPOTrainingConfig) -> tuple[torch.Tensor, dict[str, float]]:
+             hp: PPOTrainingConfig, kl_coeff: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate + vf_loss_coeff * (optionally clipped) value loss - entropy_coeff
-    * entropy, on one minibatch (flat steps, or sequences for a recurrent model: only
-    their real, valid steps count); returns the loss and its statistics."""
+    * entropy (+ kl_coeff * KL with `use_kl_loss`), on one minibatch (flat steps, or
+    sequences for a recurrent model: only their real, valid steps count); returns the
+    loss and its statistics. The KL of the sampling policy to the current one is the
+    unbiased estimate from the sampled actions, mean((ratio - 1) - log ratio) (the stored
+    log-probs are of the taken actions only)."""
     if getattr(model, "recurrent", False):
         logp, entropy, values, mb = evaluate_masked(model, mb)
     else:
@@ -123,9 +126,12 @@ def ppo_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], clip: float,
         vf_loss = vf_loss.clamp(max=hp.vf_clip_param)
     vf_loss = vf_loss.mean()
     ent = entropy.mean()
+    kl_estimate = ((ratio - 1.0) - log_ratio).mean()
     loss = policy_loss + hp.vf_loss_coeff * vf_loss - hp.entropy_coeff * ent
+    if hp.use_kl_loss:
+        loss = loss + kl_coeff * kl_estimate
     with torch.no_grad():
-        kl = float(((ratio - 1.0) - log_ratio).mean())
+        kl = float(kl_estimate)
         clip_frac = float(((ratio - 1.0).abs() > clip).float().mean())
     return loss, {"policy_loss": float(policy_loss.detach()), "vf_loss": float(vf_loss.detach()),
                   "entropy": float(ent.detach()), "kl": kl, "clip_frac": clip_frac}
@@ -151,7 +157,11 @@ def minibatches(n: int, minibatch_size: int, steps: int | None, rng: np.random.G
 class PPOLearner(Learner):
     """PPO's update on the generic Learner: GAE, then `num_epochs` of minibatch SGD."""
 
-    rank_invariant_stats = ("grad_norm", "lr", "clip_param", "num_sgd_steps")
+    rank_invariant_stats = ("grad_norm", "lr", "clip_param", "num_sgd_steps", "kl_coeff")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kl_coeff = float(self.hp.kl_coeff)
 
     def optimizer_settings(self) -> dict[str, float]:
         return {"eps": self.hp.adam_epsilon}
@@ -202,7 +212,7 @@ class PPOLearner(Learner):
                 if n_local == 0:  # an empty share of this step: contribute nothing, step with the rest
                     self.apply_gradient(None, 0, reduce_buf)
                     continue
-                loss, stats = ppo_loss(self.model, mb, clip, hp)
+                loss, stats = ppo_loss(self.model, mb, clip, hp, self.kl_coeff)
                 stats["grad_norm"] = self.apply_gradient(loss, n_local, reduce_buf)
                 local_steps += 1
                 for key, value in stats.items():
@@ -211,6 +221,8 @@ class PPOLearner(Learner):
         self.version += 1
         self.num_updates += 1
         out: dict[str, Any] = {k: v / max(1, local_steps) for k, v in totals.items()}
+        if hp.use_kl_loss:
+            out["kl_coeff"] = self._adapt_kl_coeff(totals["kl"], local_steps)
         if recurrent:  # the statistics of the real, valid steps
             batch = {key: batch[key][batch["mask"]] for key in ("returns", "values")}
             n = int(batch["returns"].shape[0])
@@ -228,6 +240,40 @@ class PPOLearner(Learner):
         })
         return out
 
+
+    # ---- the KL coefficient (use_kl_loss): adapted after every update, RLlib's rule
+
+    def _adapt_kl_coeff(self, kl_sum: float, local_steps: int) -> float:
+        """kl_coeff * 1.5 when the update's mean KL (over every rank's SGD steps) was above
+        2 * kl_target, * 0.5 when below half of it; the coefficient the next update uses."""
+        totals = torch.tensor([kl_sum, float(local_steps)], dtype=torch.float64, device=self.device)
+        if self.allreduce is not None:  # every rank adapts from the same mean
+            self.allreduce(totals)
+        kl = float(totals[0]) / max(1.0, float(totals[1]))
+        if kl > 2.0 * self.hp.kl_target:
+            self.kl_coeff *= 1.5
+        elif kl < 0.5 * self.hp.kl_target:
+            self.kl_coeff *= 0.5
+        return self.kl_coeff
+
+    def counters_tensor(self) -> torch.Tensor:
+        """The counters, and with `use_kl_loss` the adapted coefficient (a mesh broadcasts it)."""
+        counters = super().counters_tensor()
+        if not self.hp.use_kl_loss:
+            return counters
+        return torch.cat([counters, torch.tensor([self.kl_coeff], dtype=torch.float64, device=self.device)])
+
+    def set_counters(self, counters: torch.Tensor) -> None:
+        super().set_counters(counters[:3])
+        if counters.numel() > 3:
+            self.kl_coeff = float(counters[3])
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "kl_coeff": self.kl_coeff}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self.kl_coeff = float(state.get("kl_coeff", self.hp.kl_coeff))
 
     def _sequences(self, fragments: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """The fragments as sequences of max_seq_len steps (ftrl.rl.algorithms.ppo_sequences)."""

@@ -36,7 +36,7 @@ from torch import nn
 from ftrl.config import ModelConfig
 from ftrl.rl.models.base import action_log_std
 from ftrl.rl.models.custom import checked_layout, construct_module, model_obs_shape, module_input
-from ftrl.rl.models.recurrent import RecurrentBase
+from ftrl.rl.models.recurrent import RecurrentBase, episode_pieces
 from ftrl.rl.spaces import SpaceSpec
 from ftrl.wire.errors import ConfigError
 
@@ -159,30 +159,3 @@ class CustomRecurrentActorCritic(RecurrentBase):
         values = values[pieces.slot].reshape(width, t_len).transpose(0, 1)
         logp, entropy = self._score(out, actions.reshape((t_len * width, *actions.shape[2:])))
         return logp.reshape(t_len, width), entropy.reshape(t_len, width), values
-
-
-class EpisodePieces:
-    """The steps of [T, B] columns cut after every step that ended an episode, packed as
-    `count` sequences of at most `longest` steps: step (t, b) (column-major index
-    b * T + t) goes to `slot` = piece * longest + position; `first`: each piece's first
-    step's column-major index; `lengths` [count]."""
-
-    def __init__(self, slot: torch.Tensor, first: torch.Tensor, lengths: torch.Tensor):
-        self.slot, self.first, self.lengths = slot, first, lengths
-        self.count = int(first.shape[0])
-        self.longest = int(lengths.max()) if self.count else 0
-
-
-def episode_pieces(ended: torch.Tensor) -> EpisodePieces:
-    """`ended` [T, B] bool: cut each column after its ended steps (vectorized)."""
-    t_len, width = ended.shape
-    starts = torch.zeros_like(ended, dtype=torch.bool)
-    starts[0] = True
-    starts[1:] = ended[:-1].to(torch.bool)
-    flat = starts.transpose(0, 1).reshape(-1)
-    piece = torch.cumsum(flat.to(torch.int64), 0) - 1
-    first = flat.nonzero().squeeze(-1)
-    position = torch.arange(t_len * width, device=ended.device) - first[piece]
-    lengths = torch.bincount(piece, minlength=int(first.shape[0]))
-    longest = int(lengths.max()) if first.numel() else 0
-    return EpisodePieces(piece * longest + position, first, lengths)

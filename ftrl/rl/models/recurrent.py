@@ -11,6 +11,12 @@ an episode's start. On the runners `act_step` advances it one step. The learner 
 a whole fragment from the state the runner had at its start (`evaluate_sequence`),
 zeroing it after every step that ended an episode, as the runner did; so a state is
 never carried across episodes, and a fragment that is lost takes its states with it.
+It does so in one call of torch's fused LSTM over the cell's own weights: each column
+is cut into its episode pieces (`episode_pieces`), and the pieces run as one padded batch.
+
+`RecurrentBase` is what every recurrent model shares (the one-step API the runners and
+`compute_single_action` use); a custom recurrent module is the other one
+(`ftrl.rl.models.custom_recurrent`).
 """
 
 from __future__ import annotations
@@ -146,24 +152,70 @@ class RecurrentActorCritic(RecurrentBase):
     # ---- whole fragments (learners)
 
     def evaluate_sequence(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        # after a step that ended an episode the previous action and reward start from zero too
-        obs, actions = batch["obs"], batch["actions"]
-        t_len, width = batch["rewards"].shape
+        # after a step that ended an episode the previous action and reward start from zero too;
+        # the columns are cut into episode pieces and the LSTM runs over all of them in one call
+        obs, actions, rewards = batch["obs"], batch["actions"], batch["rewards"]
+        t_len, width = rewards.shape
         flat_obs = obs.reshape(t_len * width, -1)
-        features = self.encoder.features(self._input(flat_obs)).reshape(t_len, width, -1)
-        ended = (batch["terminateds"] | batch["truncateds"]).to(features.dtype)
-        state = batch["state_in"].to(features.dtype)
-        prev_action, prev_reward = batch["prev_action_in"], batch["prev_reward_in"]
-        outputs = []
-        for t in range(t_len):
-            x = torch.cat([features[t], *self._prev_features(prev_action, prev_reward)], dim=-1)
-            state = self._cell(x, state)
-            outputs.append(state[:, : self.cell_size])
-            keep = (1.0 - ended[t]).unsqueeze(-1)
-            state = state * keep
-            prev_action = actions[t] * keep.reshape((width, *([1] * (actions.dim() - 2)))).to(actions.dtype)
-            prev_reward = batch["rewards"][t] * keep[:, 0]
-        h = torch.stack(outputs).reshape(t_len * width, self.cell_size)
+        ended = batch["terminateds"] | batch["truncateds"]
+        inputs = [self.encoder.features(self._input(flat_obs))]
+        if self.use_prev_action or self.use_prev_reward:
+            carried = torch.ones_like(ended)
+            carried[1:] = ~ended[:-1]
+            prev_action = torch.cat([batch["prev_action_in"][None].to(actions.dtype), actions[:-1]])
+            prev_action = torch.where(carried.reshape(t_len, width, *([1] * (actions.dim() - 2))), prev_action, 0)
+            prev_reward = torch.cat([batch["prev_reward_in"][None].to(rewards.dtype), rewards[:-1]]) * carried
+            inputs += self._prev_features(prev_action.reshape(t_len * width, *actions.shape[2:]),
+                                          prev_reward.reshape(-1))
+        x = torch.cat(inputs, dim=-1).reshape(t_len, width, -1)
+        h = self._unroll_pieces(x, ended, batch["state_in"].to(x.dtype))
         out, values = self._heads(h, flat_obs)
         logp, entropy = self._score(out, actions.reshape((t_len * width, *actions.shape[2:])))
         return logp.reshape(t_len, width), entropy.reshape(t_len, width), values.reshape(t_len, width)
+
+    def _unroll_pieces(self, x: torch.Tensor, ended: torch.Tensor, state_in: torch.Tensor) -> torch.Tensor:
+        """The LSTM's output [T * B, cell] over inputs `x` [T, B, W] (time-major rows),
+        each column from `state_in` [B, S], from zero after every step that `ended`."""
+        t_len, width = ended.shape
+        pieces = episode_pieces(ended)
+        rows = x.transpose(0, 1).reshape(t_len * width, -1)  # column-major
+        packed = rows.new_zeros((pieces.count * pieces.longest, rows.shape[1]))
+        packed[pieces.slot] = rows
+        start = rows.new_zeros((pieces.count, 2 * self.cell_size))
+        at_start = pieces.first % t_len == 0
+        start[at_start] = state_in[pieces.first[at_start] // t_len]
+        h0, c0 = start[:, : self.cell_size], start[:, self.cell_size:]
+        cell = self.lstm
+        out = torch.lstm(packed.reshape(pieces.count, pieces.longest, -1),
+                         (h0[None].contiguous(), c0[None].contiguous()),
+                         [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh],
+                         True, 1, 0.0, self.training, False, True)[0]
+        h = out.reshape(pieces.count * pieces.longest, self.cell_size)[pieces.slot]
+        return h.reshape(width, t_len, self.cell_size).transpose(0, 1).reshape(t_len * width, self.cell_size)
+
+
+class EpisodePieces:
+    """The steps of [T, B] columns cut after every step that ended an episode, packed as
+    `count` sequences of at most `longest` steps: step (t, b) (column-major index
+    b * T + t) goes to `slot` = piece * longest + position; `first`: each piece's first
+    step's column-major index; `lengths` [count]."""
+
+    def __init__(self, slot: torch.Tensor, first: torch.Tensor, lengths: torch.Tensor):
+        self.slot, self.first, self.lengths = slot, first, lengths
+        self.count = int(first.shape[0])
+        self.longest = int(lengths.max()) if self.count else 0
+
+
+def episode_pieces(ended: torch.Tensor) -> EpisodePieces:
+    """`ended` [T, B] bool: cut each column after its ended steps (vectorized)."""
+    t_len, width = ended.shape
+    starts = torch.zeros_like(ended, dtype=torch.bool)
+    starts[0] = True
+    starts[1:] = ended[:-1].to(torch.bool)
+    flat = starts.transpose(0, 1).reshape(-1)
+    piece = torch.cumsum(flat.to(torch.int64), 0) - 1
+    first = flat.nonzero().squeeze(-1)
+    position = torch.arange(t_len * width, device=ended.device) - first[piece]
+    lengths = torch.bincount(piece, minlength=int(first.shape[0]))
+    longest = int(lengths.max()) if first.numel() else 0
+    return EpisodePieces(piece * longest + position, first, lengths)

@@ -175,7 +175,7 @@ def test_a_custom_recurrent_model_unrolls_in_episode_pieces_to_the_runners_own_l
 
 
 def test_episode_pieces_cut_each_column_after_its_ended_steps():
-    from ftrl.rl.models.custom_recurrent import episode_pieces
+    from ftrl.rl.models.recurrent import episode_pieces
 
     ended = torch.tensor([[False, True], [True, False], [False, False], [False, True]])  # [T=4, B=2]
     p = episode_pieces(ended)
