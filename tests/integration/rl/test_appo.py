@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from ftrl.config import APPOConfig, IMPALAConfig
 from tests.cluster import running_train, wait_until
+from tests.integration.rl.chaos import sigkill_a_runner_every_second
 from tests.integration.rl.test_train_driver import _actors, _iterations
 from tests.procs import REPO
 
@@ -37,23 +37,13 @@ def _train(out: Path, job: str, *extra: str):
 @pytest.mark.timeout(300)
 def test_appo_reaches_475_while_a_runner_is_sigkilled_every_second(tmp_path):
     out, job = tmp_path / "run", "ak"
-    kills = 0
     # The example anneals lr to 0 at 150k steps; with a runner lost every second about one
     # run in nine had not reached 475 by then and froze below it for good (on c79197e too),
     # so here lr ends at a tenth of its start instead and a slowed run goes on learning.
     with _train(out, job, "--num-env-runners", "2", "--stop-reward", "475", "--stop-timesteps", "1500000",
                 "--set", "lr_schedule=[[0, 0.002], [150000, 0.0002]]") as proc:
         wait_until(lambda: (out / "metrics.jsonl").exists(), timeout=120, what="the first row")
-        rng = random.Random(0)
-        while proc.poll() is None and kills < 200:
-            runners = {n: p for n, p in _actors(job).items() if "/env_runner/" in n}
-            if runners:
-                try:
-                    os.kill(runners[rng.choice(sorted(runners))], signal.SIGKILL)
-                    kills += 1
-                except ProcessLookupError:
-                    pass
-            time.sleep(1.0)
+        kills = sigkill_a_runner_every_second(proc, job, 200)
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
     result = json.loads((out / "result.json").read_text())

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.cluster import running_train, wait_until
+from tests.integration.rl.chaos import sigkill_a_runner_every_second
 from tests.integration.rl.test_train_driver import _actors, _iterations
 from tests.integration.rl.test_videos import _ftrl
 
@@ -57,20 +56,11 @@ def train(tmp_path: Path, algo: str, job: str, *extra: str, model: str = LSTM):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["APPO", "PPO"])
 def test_an_lstm_learns_to_remember_while_a_runner_is_sigkilled_every_second(tmp_path, algo):
-    out, kills = tmp_path / "run", 0
+    out = tmp_path / "run"
     ppo = ("--set", "minibatch_size=160", "--set", "num_epochs=4") if algo == "PPO" else ()
     with train(tmp_path, algo, "lstm", "--stop-reward", str(LEARNED), "--stop-timesteps", "1000000", *ppo) as proc:
         wait_until(lambda: (out / "metrics.jsonl").exists(), timeout=120, what="the first row")
-        rng = random.Random(0)
-        while proc.poll() is None and kills < 150:
-            runners = {n: p for n, p in _actors("lstm").items() if "/env_runner/" in n}
-            if runners:
-                try:
-                    os.kill(runners[rng.choice(sorted(runners))], signal.SIGKILL)
-                    kills += 1
-                except ProcessLookupError:
-                    pass
-            time.sleep(1.0)
+        kills = sigkill_a_runner_every_second(proc, "lstm", 150)
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
