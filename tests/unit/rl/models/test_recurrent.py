@@ -229,4 +229,3 @@ def test_an_exported_recurrent_policy_carries_its_state_as_compute_single_action
             reward = 1.0
     finally:
         algo.stop()
-
