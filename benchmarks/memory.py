@@ -11,7 +11,7 @@ StatelessCartPole with the LSTM policy (torch, one thread) against the MLP (nump
 8 and 16 sub-envs x 64-step fragments, alternating short chunks; then 1x8 and 2x8
 runner processes x sub-envs sampling at once (env steps per second and per CPU second).
 
-    python benchmarks/memory.py --what learn --algo PPO --seeds 0 1 2 [--max-steps 2000000]
+    python benchmarks/memory.py --what learn --algo PPO --seeds 0 1 2 [--max-steps 2000000] [--max-minutes 30]
     python benchmarks/memory.py --what sample
 """
 
@@ -54,25 +54,24 @@ def config(algo: str, seed: int) -> Any:
             .debugging(seed=seed))
 
 
-def learn(algo: str, seed: int, target: float, max_steps: int) -> dict[str, Any]:
-    from ftrl.config import StopCriteria
-
+def learn(algo: str, seed: int, target: float, max_steps: int, max_minutes: float) -> dict[str, Any]:
     run = config(algo, seed).build()
     start = time.monotonic()
     curve: list[tuple[int, float]] = []
-
-    def on_result(r: dict[str, Any]) -> None:
-        if r["episode_return_mean"] is not None:
-            curve.append((int(r["env_steps_sampled"]), round(float(r["episode_return_mean"]), 1)))
-
+    steps, ret, reached = 0, None, False
     try:
-        summary = run.run(StopCriteria(stop_reward=target, stop_timesteps=max_steps), on_result=on_result)
+        while steps < max_steps and time.monotonic() - start < 60 * max_minutes:
+            r = run.train()
+            steps, ret = int(r["env_steps_sampled"]), r["episode_return_mean"]
+            if ret is not None:
+                curve.append((steps, round(float(ret), 1)))
+                if ret >= target:
+                    reached = True
+                    break
     finally:
         run.stop()
-    reached = summary["stop_reason"] == "stop_reward"
-    return {"seed": seed, "reached": reached, "env_steps": int(summary["env_steps_sampled"]),
-            "wall_s": round(time.monotonic() - start, 1), "final_return": summary["episode_return_mean"],
-            "curve": curve[:: max(1, len(curve) // 40)]}
+    return {"seed": seed, "reached": reached, "env_steps": steps, "wall_s": round(time.monotonic() - start, 1),
+            "final_return": ret, "curve": curve[:: max(1, len(curve) // 40)]}
 
 
 def sample_rates(rounds: int, seconds: float) -> dict[str, Any]:
@@ -146,6 +145,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--target", type=float, default=350.0)
     ap.add_argument("--max-steps", type=int, default=2_000_000)
+    ap.add_argument("--max-minutes", type=float, default=30.0, help="per seed")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=1.0)
     args = ap.parse_args()
@@ -159,9 +159,9 @@ def main() -> None:
               "lstm_over_mlp_per_s": {s: round(shapes[f"lstm_{s}"]["env_steps_per_s"]
                                                / shapes[f"mlp_{s}"]["env_steps_per_s"], 3) for s in ("1x8", "2x8")}})
         return
-    runs = [learn(args.algo, seed, args.target, args.max_steps) for seed in args.seeds]
+    runs = [learn(args.algo, seed, args.target, args.max_steps, args.max_minutes) for seed in args.seeds]
     emit({"benchmark": "memory_learning", "machine": machine(), "env": ENV, "algo": args.algo, "model": LEARN_LSTM,
-          "target": args.target, "max_steps": args.max_steps, "runs": runs})
+          "target": args.target, "max_steps": args.max_steps, "max_minutes": args.max_minutes, "runs": runs})
 
 
 if __name__ == "__main__":

@@ -143,19 +143,12 @@ class CustomRecurrentActorCritic(RecurrentBase):
     # ---- whole fragments (learners): one sequence per episode piece of a column
 
     def evaluate_sequence(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        obs, actions = batch["obs"], batch["actions"]
+        actions = batch["actions"]
         t_len, width = batch["rewards"].shape
         pieces = episode_pieces(batch["terminateds"] | batch["truncateds"])
-        n, length = pieces.count, pieces.longest
-        rows = obs.reshape(t_len, width, -1).transpose(0, 1).reshape(t_len * width, -1)  # column-major
-        packed = rows.new_zeros((n * length, rows.shape[1]))
-        packed[pieces.slot] = rows
-        # a piece at a column's first step starts from the noted state, any other from an episode's start
-        state = self.initial_state(n).to(rows.device)
-        at_start = pieces.first % t_len == 0
-        state[at_start] = batch["state_in"][pieces.first[at_start] // t_len].to(state.dtype)
-        out, values, _ = self._run(packed, n, length, state, pieces.lengths)
-        out = out[pieces.slot].reshape(width, t_len, -1).transpose(0, 1).reshape(t_len * width, -1)
-        values = values[pieces.slot].reshape(width, t_len).transpose(0, 1)
+        packed = pieces.pack(batch["obs"].reshape(t_len, width, -1))
+        state = pieces.start_states(batch["state_in"], self.initial_state(1)[0].to(packed.device))
+        out, values, _ = self._run(packed, pieces.count, pieces.longest, state, pieces.lengths)
+        out, values = pieces.unpack(out), pieces.unpack(values)
         logp, entropy = self._score(out, actions.reshape((t_len * width, *actions.shape[2:])))
-        return logp.reshape(t_len, width), entropy.reshape(t_len, width), values
+        return logp.reshape(t_len, width), entropy.reshape(t_len, width), values.reshape(t_len, width)

@@ -176,22 +176,15 @@ class RecurrentActorCritic(RecurrentBase):
     def _unroll_pieces(self, x: torch.Tensor, ended: torch.Tensor, state_in: torch.Tensor) -> torch.Tensor:
         """The LSTM's output [T * B, cell] over inputs `x` [T, B, W] (time-major rows),
         each column from `state_in` [B, S], from zero after every step that `ended`."""
-        t_len, width = ended.shape
         pieces = episode_pieces(ended)
-        rows = x.transpose(0, 1).reshape(t_len * width, -1)  # column-major
-        packed = rows.new_zeros((pieces.count * pieces.longest, rows.shape[1]))
-        packed[pieces.slot] = rows
-        start = rows.new_zeros((pieces.count, 2 * self.cell_size))
-        at_start = pieces.first % t_len == 0
-        start[at_start] = state_in[pieces.first[at_start] // t_len]
+        start = pieces.start_states(state_in, state_in.new_zeros(2 * self.cell_size))
         h0, c0 = start[:, : self.cell_size], start[:, self.cell_size:]
         cell = self.lstm
-        out = torch.lstm(packed.reshape(pieces.count, pieces.longest, -1),
+        out = torch.lstm(pieces.pack(x).reshape(pieces.count, pieces.longest, -1),
                          (h0[None].contiguous(), c0[None].contiguous()),
                          [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh],
                          True, 1, 0.0, self.training, False, True)[0]
-        h = out.reshape(pieces.count * pieces.longest, self.cell_size)[pieces.slot]
-        return h.reshape(width, t_len, self.cell_size).transpose(0, 1).reshape(t_len * width, self.cell_size)
+        return pieces.unpack(out.reshape(pieces.count * pieces.longest, self.cell_size))
 
 
 class EpisodePieces:
@@ -200,10 +193,32 @@ class EpisodePieces:
     b * T + t) goes to `slot` = piece * longest + position; `first`: each piece's first
     step's column-major index; `lengths` [count]."""
 
-    def __init__(self, slot: torch.Tensor, first: torch.Tensor, lengths: torch.Tensor):
+    def __init__(self, shape: tuple[int, int], slot: torch.Tensor, first: torch.Tensor, lengths: torch.Tensor):
+        self.t_len, self.width = shape
         self.slot, self.first, self.lengths = slot, first, lengths
         self.count = int(first.shape[0])
         self.longest = int(lengths.max()) if self.count else 0
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """Time-major [T, B, ...] -> [count * longest, ...], piece by piece (padding zero)."""
+        rows = x.transpose(0, 1).reshape(self.t_len * self.width, *x.shape[2:])
+        packed = rows.new_zeros((self.count * self.longest, *rows.shape[1:]))
+        packed[self.slot] = rows
+        return packed
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """[count * longest, ...] -> the real steps, time-major [T * B, ...]."""
+        rows = packed[self.slot]
+        rows = rows.reshape(self.width, self.t_len, *rows.shape[1:]).transpose(0, 1)
+        return rows.reshape(self.t_len * self.width, *rows.shape[2:])
+
+    def start_states(self, state_in: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+        """Each piece's first state [count, S]: a column's noted `state_in` [B, S] for the
+        piece at its first step, `initial` [S] (an episode's start) for the others."""
+        start = initial.to(state_in.dtype).expand(self.count, -1).clone()
+        at_start = self.first % self.t_len == 0
+        start[at_start] = state_in[self.first[at_start] // self.t_len]
+        return start
 
 
 def episode_pieces(ended: torch.Tensor) -> EpisodePieces:
@@ -218,4 +233,4 @@ def episode_pieces(ended: torch.Tensor) -> EpisodePieces:
     position = torch.arange(t_len * width, device=ended.device) - first[piece]
     lengths = torch.bincount(piece, minlength=int(first.shape[0]))
     longest = int(lengths.max()) if first.numel() else 0
-    return EpisodePieces(piece * longest + position, first, lengths)
+    return EpisodePieces((t_len, width), piece * longest + position, first, lengths)
