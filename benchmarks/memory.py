@@ -13,6 +13,7 @@ runner processes x sub-envs sampling at once (env steps per second and per CPU s
 
     python benchmarks/memory.py --what learn --algo PPO --seeds 0 1 2 [--max-steps 2000000] [--max-minutes 30]
     python benchmarks/memory.py --what sample
+    python benchmarks/memory.py --what plot      # results/memory_learning.png from the JSON files
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from common import emit, machine
@@ -138,9 +140,48 @@ def parallel_rates(runners: int, envs: int, seconds: float) -> dict[str, Any]:
     return out
 
 
+def plot(results: Path, png: Path) -> dict[str, Any]:
+    """The learning curves of `results/memory_ppo.json`, `memory_ppo_nofilter.json`,
+    `memory_appo.json` and RLlib's (`rllib_stateless_cartpole.json`) in one PNG: the
+    100-episode mean return over env steps, the 350 target dashed."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    drawn = []
+    for name, label, style in (("memory_ppo.json", "ftrl PPO+LSTM", "-"),
+                               ("memory_ppo_nofilter.json", "ftrl PPO+LSTM, NoFilter", ":"),
+                               ("memory_appo.json", "ftrl APPO+LSTM", "--")):
+        path = results / name
+        if not path.exists():
+            continue
+        for run in json.loads(path.read_text())["runs"]:
+            steps, returns = zip(*run["curve"], strict=True) if run["curve"] else ((), ())
+            ax.plot(steps, returns, style, label=f"{label}, seed {run['seed']}")
+            drawn.append(f"{name}:{run['seed']}")
+    peer = results / "rllib_stateless_cartpole.json"
+    if peer.exists():
+        rllib = json.loads(peer.read_text())
+        steps, returns = zip(*rllib["curve"], strict=True)
+        ax.plot(steps, returns, "k-", linewidth=2.5, label=f"RLlib {rllib['ray']} PPO+LSTM, seed {rllib['seed']}")
+        drawn.append("rllib")
+    ax.axhline(350, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("mean return (100 episodes)")
+    ax.set_title("StatelessCartPole with an LSTM, RLlib's examples' settings (2 cores)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    return {"benchmark": "memory_plot", "png": str(png), "curves": drawn}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--what", choices=("learn", "sample"), default="learn")
+    ap.add_argument("--what", choices=("learn", "sample", "plot"), default="learn")
     ap.add_argument("--algo", choices=("PPO", "APPO"), default="PPO")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--target", type=float, default=350.0)
@@ -149,6 +190,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=1.0)
     args = ap.parse_args()
+    if args.what == "plot":
+        results = Path(__file__).resolve().parent / "results"
+        emit(plot(results, results / "memory_learning.png"))
+        return
     if args.what == "sample":
         rates = sample_rates(args.rounds, args.seconds)
         shapes = {**parallel_rates(1, 8, 6 * args.seconds), **parallel_rates(2, 8, 6 * args.seconds)}

@@ -94,6 +94,7 @@ def test_today_s_mesh_keys_stay_covered():
     ppo = {"algo", "model", "num_epochs", "minibatch_size", "clip_param", "clip_param_schedule", "vf_loss_coeff",
            "entropy_coeff", "grad_clip", "normalize_advantages", "adam_epsilon", "gamma", "lambda_", "use_gae",
            "vf_clip_param", "lr", "lr_schedule", "num_gpus_per_learner"}
+    ppo |= {"use_kl_loss", "kl_coeff", "kl_target"}  # added since: PPO's KL term
     impala = {"algo", "model", "lr", "lr_schedule", "gamma", "grad_clip", "vtrace", "vtrace_clip_rho_threshold",
               "vtrace_clip_pg_rho_threshold", "vf_loss_coeff", "entropy_coeff", "num_epochs", "minibatch_size",
               "opt_type", "decay", "momentum", "epsilon", "num_gpus_per_learner"}
