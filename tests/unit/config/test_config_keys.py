@@ -142,7 +142,8 @@ def test_a_learner_actor_and_its_group_hash_the_same_way():
 def test_live_keys_are_exactly_today_s():
     common = {"lr", "lr_schedule", "gamma", "grad_clip"}
     ppo = common | {"lambda_", "use_gae", "minibatch_size", "num_epochs", "clip_param", "clip_param_schedule",
-                    "vf_loss_coeff", "vf_clip_param", "entropy_coeff", "normalize_advantages", "adam_epsilon"}
+                    "vf_loss_coeff", "vf_clip_param", "entropy_coeff", "normalize_advantages", "adam_epsilon",
+                    "use_kl_loss", "kl_target"}
     impala = common | {"num_epochs", "minibatch_size", "vtrace", "vtrace_clip_rho_threshold",
                        "vtrace_clip_pg_rho_threshold", "vf_loss_coeff", "entropy_coeff", "epsilon", "decay",
                        "momentum", "loss_reduction"}
