@@ -13,6 +13,7 @@ runner processes x sub-envs sampling at once (env steps per second and per CPU s
 
     python benchmarks/memory.py --what learn --algo PPO --seeds 0 1 2 [--max-steps 2000000] [--max-minutes 30]
     python benchmarks/memory.py --what sample
+    python benchmarks/memory.py --what update    # seconds of one PPO+LSTM learner update
     python benchmarks/memory.py --what plot      # results/memory_learning.png from the JSON files
 """
 
@@ -140,6 +141,31 @@ def parallel_rates(runners: int, envs: int, seconds: float) -> dict[str, Any]:
     return out
 
 
+def update_time(rounds: int) -> dict[str, Any]:
+    """Seconds of one PPO+LSTM learner update (the learning settings: 4000 steps, 6 epochs
+    of 128-step minibatches, cell 256) on one thread, on a fragment of 8 x 500 steps."""
+    import torch
+
+    from ftrl.rl.algorithms.ppo import PPOLearner
+    from ftrl.rl.sampling.env_runner import EnvRunner
+
+    torch.set_num_threads(1)
+    cfg = config("PPO", 0).env_runners(rollout_fragment_length=500)
+    runner = EnvRunner(cfg.to_dict(), set_torch_threads=False)
+    try:
+        fragment = runner.sample()["batch"]
+    finally:
+        runner.stop()
+    learner = PPOLearner(cfg, runner.spec)
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        out = learner.update([fragment], 0)
+        times.append(time.perf_counter() - start)
+    return {"benchmark": "memory_update", "machine": machine(), "env_steps": 4000, "sgd_steps": out["num_sgd_steps"],
+            "update_s": [round(t, 2) for t in times], "median_s": round(statistics.median(times), 2)}
+
+
 def plot(results: Path, png: Path) -> dict[str, Any]:
     """The learning curves of `results/memory_ppo.json`, `memory_ppo_nofilter.json`,
     `memory_appo.json` and RLlib's (`rllib_stateless_cartpole.json`) in one PNG: the
@@ -181,7 +207,7 @@ def plot(results: Path, png: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--what", choices=("learn", "sample", "plot"), default="learn")
+    ap.add_argument("--what", choices=("learn", "sample", "update", "plot"), default="learn")
     ap.add_argument("--algo", choices=("PPO", "APPO"), default="PPO")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--target", type=float, default=350.0)
@@ -190,6 +216,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=1.0)
     args = ap.parse_args()
+    if args.what == "update":
+        emit(update_time(args.rounds))
+        return
     if args.what == "plot":
         results = Path(__file__).resolve().parent / "results"
         emit(plot(results, results / "memory_learning.png"))
