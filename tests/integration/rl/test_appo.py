@@ -103,15 +103,19 @@ def test_appo_on_two_learners_survives_a_learner_sigkill_without_applying_an_upd
 # ---------------------------------------------------------------------------- in one process
 
 
-def _deterministic_run(make_cluster, name: str) -> tuple[list[dict], np.ndarray]:
+def _deterministic_run(make_cluster, name: str, config: APPOConfig | None = None,
+                       iterations: int = 8) -> tuple[list[dict], np.ndarray]:
+    """`iterations` of `config` (default: CartPole, deterministic) on a cluster of its own:
+    the rows and the final weights."""
     client = make_cluster(slots=3).client()
-    config = (APPOConfig().environment("CartPole-v1")
-              .env_runners(num_env_runners=2, num_envs_per_env_runner=4, rollout_fragment_length=32)
-              .training(deterministic=True, train_batch_size=256, num_epochs=2, minibatch_size=128, lr=1e-3)
-              .debugging(seed=5))
+    config = config or (APPOConfig().environment("CartPole-v1")
+                        .env_runners(num_env_runners=2, num_envs_per_env_runner=4, rollout_fragment_length=32)
+                        .training(deterministic=True, train_batch_size=256, num_epochs=2, minibatch_size=128,
+                                  lr=1e-3)
+                        .debugging(seed=5))
     algo = config.build(client=client, job_name=name)
     try:
-        rows = [algo.train() for _ in range(8)]
+        rows = [algo.train() for _ in range(iterations)]
         return rows, algo.get_weights()[1]
     finally:
         algo.stop()

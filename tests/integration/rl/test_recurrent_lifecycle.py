@@ -14,7 +14,7 @@ import pytest
 
 from ftrl.config import APPOConfig
 from tests.cluster import wait_until
-from tests.integration.rl.test_appo import DETERMINISTIC_KEYS
+from tests.integration.rl.test_appo import DETERMINISTIC_KEYS, _deterministic_run
 from tests.integration.rl.test_driver_failover import RowWatch, _rows
 from tests.integration.rl.test_exploit_in_place import _exploit_in_place
 
@@ -60,25 +60,16 @@ def test_a_driver_sigkilled_mid_run_resumes_an_lstm_job_without_redoing_an_itera
     assert rows[-1]["episode_return_mean"] > 1.2  # past the memoryless policy's 1 (the best is 4)
 
 
-def _deterministic_run(make_cluster, name: str) -> tuple[list[dict], np.ndarray]:
-    client = make_cluster(slots=3).client()
-    config = (APPOConfig().environment(REPEAT, env_config={"episode_len": 5})
-              .env_runners(num_env_runners=2, num_envs_per_env_runner=4, rollout_fragment_length=20)
-              .training(deterministic=True, train_batch_size=160, lr=3e-3, model=LSTM)
-              .debugging(seed=5))
-    algo = config.build(client=client, job_name=name)
-    try:
-        rows = [algo.train() for _ in range(6)]
-        return rows, algo.get_weights()[1]
-    finally:
-        algo.stop()
-        client.close()
+LSTM_DETERMINISTIC = (APPOConfig().environment(REPEAT, env_config={"episode_len": 5})
+                      .env_runners(num_env_runners=2, num_envs_per_env_runner=4, rollout_fragment_length=20)
+                      .training(deterministic=True, train_batch_size=160, lr=3e-3, model=LSTM)
+                      .debugging(seed=5))
 
 
 @pytest.mark.timeout(240)
 def test_deterministic_mode_reproduces_an_lstm_run_bit_for_bit(make_cluster):
-    first, weights_a = _deterministic_run(make_cluster, "ldet-a")
-    second, weights_b = _deterministic_run(make_cluster, "ldet-b")
+    first, weights_a = _deterministic_run(make_cluster, "ldet-a", LSTM_DETERMINISTIC.copy(), 6)
+    second, weights_b = _deterministic_run(make_cluster, "ldet-b", LSTM_DETERMINISTIC.copy(), 6)
     for a, b in zip(first, second, strict=True):
         assert {k: a[k] for k in DETERMINISTIC_KEYS} == {k: b[k] for k in DETERMINISTIC_KEYS}
     assert np.array_equal(weights_a, weights_b)
