@@ -35,7 +35,8 @@ class SpaceSpec:
     act_low: tuple[float, ...] = ()  # bounds of the box (multi: of its box parts, in order)
     act_high: tuple[float, ...] = ()
     #: "uint8" for byte observations (pixels: a CNN scales them to [0, 1]); "float32"
-    #: for every other kind (all arrive as float32 rows)
+    #: for every other kind (all arrive as float32 rows; byte ones as uint8 rows where no
+    #: filter changes them, see `row_dtype`)
     obs_dtype: str = "float32"
     obs_parts: tuple[ObsPart, ...] = ()  # "struct": the leaves' columns
     mask_dim: int = 0  # the last columns of a row that are the action mask (0: none)
@@ -100,6 +101,17 @@ class SpaceSpec:
         if self.act_kind == "box":
             return (self.act_dim,)
         return (sum(1 if p.kind == "discrete" else p.size for p in self.act_parts),)
+
+    @property
+    def bytes_rows(self) -> bool:
+        """Observations that travel as uint8 rows (a byte Box: pixels): the runners' buffers,
+        fragments, the wire, the queue and the learner's host batch keep them as bytes, and
+        the model makes them float on the learner's device (`FlatActorCritic._input`)."""
+        return self.obs_kind == "box" and self.obs_dtype == "uint8"
+
+    def row_dtype(self, filtered: bool) -> np.dtype:
+        """The dtype of observation rows: uint8 for byte rows no filter changes, else float32."""
+        return np.dtype(np.uint8) if self.bytes_rows and not filtered else np.dtype(np.float32)
 
     def unfiltered_columns(self) -> list[int]:
         """The columns an observation filter leaves as they are (one-hot, 0/1, pixel and
@@ -202,7 +214,7 @@ def looks_like_image(spec: SpaceSpec) -> bool:
 
 
 class ObsEncoder:
-    """Writes raw observations into rows of a flat float32 array."""
+    """Writes raw observations into rows of a flat float32 array (uint8 for byte rows)."""
 
     def __init__(self, spec: SpaceSpec):
         self.spec = spec
@@ -223,6 +235,8 @@ class ObsEncoder:
                 raise ValueError(f"observation {k} is outside Discrete({self.dim})")
             out[row] = 0.0
             out[row, k] = 1.0
+        elif out.dtype == np.uint8:  # bytes stay bytes (no float copy of a frame)
+            out[row] = np.asarray(obs).reshape(self.dim)
         else:
             out[row] = np.asarray(obs, dtype=np.float32).reshape(self.dim)
 

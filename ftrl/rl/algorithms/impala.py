@@ -54,7 +54,7 @@ from ftrl.rl.driver.async_learner import AsyncLearner, TrainBatch, lag_stats, wi
 from ftrl.rl.driver.learner_access import DirectAccess, LearnerAccess
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
-from ftrl.rl.learning.learner import Learner, scheduled
+from ftrl.rl.learning.learner import Learner, scheduled, to_device
 from ftrl.rl.sample_batch import PER_ENV_KEYS, RECURRENT_KEYS, check_fragment
 
 __all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "entropy_term", "impala_loss",
@@ -193,15 +193,6 @@ def time_major(fragments: Sequence[dict[str, Any]], device: torch.device) -> lis
                 batch[key] = to_device(np.concatenate([np.asarray(f[key])[:, 0] for f in group]), device)
         out.append(batch)
     return out
-
-
-def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A host array on the learner's device: on a GPU through pinned memory with a
-    non-blocking copy (the copy overlaps the work queued before it)."""
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
-    if device.type != "cuda":
-        return tensor
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def steps_per_epoch(num_samples: int, minibatch_size: int | None) -> int:

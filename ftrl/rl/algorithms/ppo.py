@@ -29,7 +29,7 @@ import torch
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
 from ftrl.rl.algorithms.ppo_sequences import evaluate_masked, num_sequences, select, sequence_batch
 from ftrl.rl.driver.algorithm import Algorithm
-from ftrl.rl.learning.learner import Learner, scheduled
+from ftrl.rl.learning.learner import Learner, scheduled, to_device
 from ftrl.rl.learning.shards import split_fragments
 from ftrl.rl.sample_batch import check_fragment
 from ftrl.rl.spaces import SpaceSpec
@@ -87,10 +87,17 @@ def train_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, spec
         parts["values"].append(frag["values"].reshape(-1)[valid])
         parts["adv"].append(adv.reshape(-1)[valid])
         parts["returns"].append(ret.reshape(-1)[valid])
-    int_actions = spec.all_discrete
-    return {key: torch.from_numpy(np.ascontiguousarray(np.concatenate(arrays, axis=0),
-                                                       dtype=np.int64 if key == "actions" and int_actions else np.float32)).to(device)
-            for key, arrays in parts.items()}
+    dtypes = {"actions": np.int64 if spec.all_discrete else np.float32}
+    return {key: to_device(np.concatenate(arrays, axis=0).astype(_batch_dtype(key, arrays, dtypes), copy=False),
+                           device) for key, arrays in parts.items()}
+
+
+def _batch_dtype(key: str, arrays: list[np.ndarray], dtypes: dict[str, type]) -> Any:
+    """A train batch column's dtype: uint8 observations stay bytes (the model makes them
+    float on the device), actions int64 or float32, the rest float32."""
+    if key == "obs" and arrays and arrays[0].dtype == np.uint8:
+        return np.uint8
+    return dtypes.get(key, np.float32)
 
 
 def _empty_batch(spec: SpaceSpec, device: torch.device) -> dict[str, torch.Tensor]:

@@ -365,3 +365,12 @@ def _to_torch(obj: Any, key: Any = None) -> Any:
         items = [_to_torch(v) for v in obj]
         return tuple(items) if key == "betas" else items
     return obj
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on the learner's device: on a GPU through pinned memory with a
+    non-blocking copy (the copy overlaps the work queued before it)."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)

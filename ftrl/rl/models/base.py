@@ -48,8 +48,11 @@ class FlatActorCritic(nn.Module):
         return self._forward(self._input(obs))[1]
 
     def _input(self, obs: torch.Tensor) -> torch.Tensor:
-        """The columns of the rows the network reads (all but an action mask)."""
+        """The columns of the rows the network reads (all but an action mask), as float:
+        uint8 rows (pixels) become float here, on the model's device."""
         mask_dim = self.spec.mask_dim
+        if not obs.is_floating_point():
+            obs = obs.float()
         return obs[:, : obs.shape[1] - mask_dim] if mask_dim else obs
 
     def _outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

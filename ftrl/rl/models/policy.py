@@ -226,11 +226,11 @@ class TorchPolicy:
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         with self._torch.inference_mode():
-            return self.model.value(self._torch.from_numpy(np.ascontiguousarray(obs, np.float32))).numpy()
+            return self.model.value(self._torch.from_numpy(_rows(obs))).numpy()
 
     def act(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         with self._torch.inference_mode():
-            a, lp, v = self.model.act(self._torch.from_numpy(np.ascontiguousarray(obs, np.float32)), explore)
+            a, lp, v = self.model.act(self._torch.from_numpy(_rows(obs)), explore)
         return a.numpy(), lp.numpy(), v.numpy()
 
     def act_into(self, obs: np.ndarray, explore: bool, actions: np.ndarray, logp: np.ndarray, values: np.ndarray) -> None:
@@ -252,7 +252,7 @@ class TorchPolicy:
         t = self._torch
         with t.inference_mode():
             a, lp, v, new_state = self.model.act_step(
-                t.from_numpy(np.ascontiguousarray(obs, np.float32)), t.from_numpy(state),
+                t.from_numpy(_rows(obs)), t.from_numpy(state),
                 t.from_numpy(np.ascontiguousarray(prev_action)), t.from_numpy(np.ascontiguousarray(prev_reward)),
                 explore)
         return a.numpy(), lp.numpy(), v.numpy(), new_state.numpy()
@@ -262,9 +262,16 @@ class TorchPolicy:
         """V(obs) of every row, from its state."""
         t = self._torch
         with t.inference_mode():
-            return self.model.step(t.from_numpy(np.ascontiguousarray(obs, np.float32)), t.from_numpy(state),
+            return self.model.step(t.from_numpy(_rows(obs)), t.from_numpy(state),
                                    t.from_numpy(np.ascontiguousarray(prev_action)),
                                    t.from_numpy(np.ascontiguousarray(prev_reward)))[1].numpy()
+
+
+def _rows(obs: np.ndarray) -> np.ndarray:
+    """Observation rows for a torch model: uint8 ones as they are (the model makes them
+    float), the others float32."""
+    obs = np.asarray(obs)
+    return np.ascontiguousarray(obs) if obs.dtype == np.uint8 else np.ascontiguousarray(obs, np.float32)
 
 
 def make_policy(backend: str, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None) -> NumpyPolicy | TorchPolicy:

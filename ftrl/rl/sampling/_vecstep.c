@@ -7,9 +7,10 @@
  * truncated, info). An Exception from the call or the unpack is not raised: it goes into
  * `failed` as (i, exception) and the sub-env is skipped (a BaseException that is not an
  * Exception, such as KeyboardInterrupt, propagates). Otherwise obs is written into row i
- * of `nxt` (C-contiguous float32, shape (envs, dim)): when `fast` is true and obs is a
- * 1-D float64/float32 buffer of `dim` items it is copied (cast like numpy's assignment),
- * anything else goes through `fit(nxt, i, obs, "step")`, the runner's checked encoder
+ * of `nxt` (C-contiguous float32 or uint8, shape (envs, dim)): into float32 rows, when
+ * `fast` is true and obs is a 1-D float64/float32 buffer of `dim` items it is copied (cast
+ * like numpy's assignment); anything else, and every obs into uint8 rows (pixels, always
+ * finite), goes through `fit(nxt, i, obs, "step")`, the runner's checked encoder
  * write, which refuses an observation of the wrong size. Then rew[i] = reward,
  * ep_ret[i] += reward, term[i]/trunc[i] = True when set, and i is appended to `ended`
  * when either is. `finite` is false when a written observation row holds NaN or inf, or
@@ -263,10 +264,11 @@ reset_one(PyObject *reset_fn, PyObject *nxt, const Py_buffer *out, PyObject *fit
         return append_failure(resets, i);
     }
     Py_ssize_t d = out->shape[1];
-    float *row = (float *)out->buf + i * d;
+    int floats = out->itemsize == 4;  /* else uint8 rows (pixels): always through fit, finite */
+    float *row = floats ? (float *)out->buf + i * d : NULL;
     int row_finite = 1;
-    if (!(fast && copy_row(items[0], row, d, out, &row_finite)))
-        rc = fit_row(fit, nxt, i, items[0], row, d, "reset", &row_finite);
+    if (!(fast && floats && copy_row(items[0], row, d, out, &row_finite)))
+        rc = fit_row(fit, nxt, i, items[0], row, floats ? d : 0, "reset", &row_finite);
     Py_DECREF(items[0]);
     Py_DECREF(items[1]);
     if (rc < 0)
@@ -327,10 +329,11 @@ step_one(PyObject *const *lists, PyObject *nxt, const Py_buffer *out, PyObject *
         }
     }
     Py_ssize_t d = out->shape[1];
-    float *row = (float *)out->buf + i * d;
+    int floats = out->itemsize == 4;  /* else uint8 rows (pixels): always through fit, finite */
+    float *row = floats ? (float *)out->buf + i * d : NULL;
     int row_finite = 1;
-    if (!(fast && copy_row(items[0], row, d, out, &row_finite)))
-        rc = fit_row(fit, nxt, i, items[0], row, d, "step", &row_finite);
+    if (!(fast && floats && copy_row(items[0], row, d, out, &row_finite)))
+        rc = fit_row(fit, nxt, i, items[0], row, floats ? d : 0, "step", &row_finite);
     if (rc == 0)
         rc = add_reward(ep_ret, rew, i, items[1], &row_finite);
     if (!row_finite)
@@ -393,11 +396,12 @@ step_envs(PyObject *self, PyObject *args)
     Py_buffer out;
     if (PyObject_GetBuffer(nxt, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
-    if (out.ndim != 2 || out.shape[0] != e || out.itemsize != 4 || out.format == NULL
-        || strcmp(out.format, "f") != 0) {
+    if (out.ndim != 2 || out.shape[0] != e || out.format == NULL
+        || !((out.itemsize == 4 && strcmp(out.format, "f") == 0)
+             || (out.itemsize == 1 && strcmp(out.format, "B") == 0))) {
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError,
-                        "step_envs: nxt must be a C-contiguous float32 array of shape (envs, dim)");
+                        "step_envs: nxt must be a C-contiguous float32 or uint8 array of shape (envs, dim)");
         return NULL;
     }
     PyObject *const lists[] = {fns, actions, rew, term, trunc, ep_ret};

@@ -191,8 +191,9 @@ class EnvRunner(SubEnvLifecycle):
         self._synced_filter: dict[str, Any] | None = None  # what the driver sent last (synced_filter)
 
         e, d = self.num_envs, self.spec.obs_dim
-        self._obs = np.zeros((e, d), np.float32)
-        self._next_obs = np.zeros((e, d), np.float32)
+        self._row_dtype = self.spec.row_dtype(filtered=type(self.filter) is not NoFilter)
+        self._obs = np.zeros((e, d), self._row_dtype)
+        self._next_obs = np.zeros((e, d), self._row_dtype)
         self._ep_ids = np.zeros(e, np.int64)
         self._ep_ret = [0.0] * e  # running return of each sub-env's episode (a list: hot loop)
         self._ep_start = [0] * e  # vector step at which each episode began (a list: hot loop)
@@ -225,7 +226,6 @@ class EnvRunner(SubEnvLifecycle):
     def _env_of(self, i: int) -> Any:
         """Sub-env i's gymnasium env, for the callbacks (None for a sub-env process)."""
         return None if self.remote_envs else self._envs[i].env
-
 
     # ------------------------------------------------------------------ sampling
 
@@ -270,7 +270,7 @@ class EnvRunner(SubEnvLifecycle):
         starts = self._recurrent_inputs(steps) if recurrent and record else None
         seq_len = self._seq_len
         e, d = self.num_envs, self.spec.obs_dim
-        b_obs = np.empty((steps, e, d), np.float32) if record else None
+        b_obs = np.empty((steps, e, d), self._row_dtype) if record else None
         b_tval = np.zeros((steps, e), np.float32) if record else None
         b_valid = np.ones((steps, e), bool) if record else None
         b_epid = np.empty((steps, e), np.int64) if record else None

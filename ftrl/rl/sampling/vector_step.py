@@ -12,11 +12,14 @@ For each sub-env i: `o, r, te, tr, info = step_fns[i](actions[i])`; an Exception
 into `failed` as (i, exception) and the sub-env is skipped (other BaseExceptions
 propagate). When `infos` is a list (the runner's episode callbacks asked for them),
 infos[i] = info right after the unpack; with None (the default) infos are dropped.
-Otherwise `o` is written into row i of `nxt` (C-contiguous float32, shape (envs, dim)):
-copied when `fast` and it is a 1-D native float64/float32 array of `dim` items, else through `fit(nxt, i, o, "step")` (the runner's checked encoder write). Then
+Otherwise `o` is written into row i of `nxt` (C-contiguous float32 or uint8, shape (envs,
+dim)): into float32 rows copied when `fast` and it is a 1-D native float64/float32 array
+of `dim` items, else (and always into uint8 rows: pixels) through `fit(nxt, i, o,
+"step")` (the runner's checked encoder write). Then
 rew[i] = r, ep_ret[i] += r, term[i]/trunc[i] = True when set, and i is appended to
 `ended` when either is. `finite` is False when a written row holds NaN or inf, or a
-reward is NaN, inf or no float (the caller then runs its exact per-env check). Errors
+reward is NaN, inf or no float (the caller then runs its exact per-env check; uint8 rows
+are always finite). Errors
 from `fit` or from adding the reward propagate.
 
 Episode ends: only when `reset_fns` is given, a sub-env whose step ended its episode by
@@ -48,7 +51,7 @@ StepResult = tuple[list[int], list[tuple[int, BaseException]], bool, list[tuple[
 StepEnvs = Callable[..., StepResult]
 
 #: rows of these dtypes are copied directly on the fast path (as _vecstep.c's native floats)
-_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_F32, _F64, _U8 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.uint8)
 _FLOAT_ROWS = (_F32, _F64)
 _ndarray = np.ndarray
 _isfinite = math.isfinite
@@ -82,6 +85,8 @@ def step_envs(
     if type(nxt) is not _ndarray or nxt.dtype is not _F32 or nxt.ndim != 2 or nxt.shape[0] != e \
             or not nxt.flags.c_contiguous:
         _check_rows(nxt, e)
+    if nxt.dtype == _U8:  # byte rows (pixels): every observation goes through `fit`
+        fast = False
     d = nxt.shape[1]
     ended: list[int] = []
     failed: list[tuple[int, BaseException]] = []
@@ -122,7 +127,7 @@ def step_envs(
                             unchecked = []
                         unchecked.append(i)
     try:
-        finite = _isfinite(sum(rew)) and _isfinite(sq_sum(nxt, nxt))
+        finite = _isfinite(sum(rew)) and (nxt.dtype == _U8 or _isfinite(sq_sum(nxt, nxt)))
     except (TypeError, ValueError):  # a reward that is no float
         finite = False
     if not finite:  # exactly, over the rows and rewards this step wrote (as the C step checks)
@@ -149,10 +154,10 @@ def _check_lists(*lists: Any) -> None:
 
 
 def _check_rows(nxt: Any, e: int) -> None:
-    """Raise unless `nxt` is a C-contiguous float32 array of shape (e, dim)."""
-    if (not isinstance(nxt, _ndarray) or nxt.dtype != _F32 or nxt.ndim != 2 or nxt.shape[0] != e
+    """Raise unless `nxt` is a C-contiguous float32 or uint8 array of shape (e, dim)."""
+    if (not isinstance(nxt, _ndarray) or nxt.dtype not in (_F32, _U8) or nxt.ndim != 2 or nxt.shape[0] != e
             or not nxt.flags.c_contiguous):
-        raise ValueError("step_envs: nxt must be a C-contiguous float32 array of shape (envs, dim)")
+        raise ValueError("step_envs: nxt must be a C-contiguous float32 or uint8 array of shape (envs, dim)")
 
 
 def _reset_into(reset_fn: Callable[[], Any], nxt: np.ndarray, i: int, fit: Callable, fast: bool) -> Any:
@@ -169,6 +174,8 @@ def _reset_into(reset_fn: Callable[[], Any], nxt: np.ndarray, i: int, fit: Calla
 
 
 def _row_finite(nxt: np.ndarray, i: int) -> bool:
+    if nxt.dtype == _U8:
+        return True
     row = nxt[i]
     return _isfinite(sq_sum(row, row)) or bool(np.isfinite(row).all())
 

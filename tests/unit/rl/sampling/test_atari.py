@@ -99,7 +99,7 @@ def test_evaluation_runners_have_neither_episodic_life_nor_clipping():
         assert not {"EpisodicLife", "TransformReward"} & set(_wrappers(evaluation._envs[0].env))
         assert train.policy.backend == evaluation.policy.backend == "torch"  # the CNN
         batch = train.sample()["batch"]
-        assert batch["obs"].shape == (8, 1, 4 * 84 * 84)
+        assert batch["obs"].shape == (8, 1, 4 * 84 * 84) and batch["obs"].dtype == np.uint8  # frames as bytes
     finally:
         train.stop()
         evaluation.stop()
