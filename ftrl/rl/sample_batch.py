@@ -22,12 +22,19 @@ and, from a recurrent policy (`use_lstm`), what each sub-env's steps 0, L, 2L, .
     prev_action_in  [E, K, *act_shape]         the action before it (zero at an episode's start)
     prev_reward_in  [E, K] float32             the reward before it (zero at an episode's start)
 
+A structured observation with uint8 leaves (images in a Dict) sends them as bytes apart
+from its float columns: "obs" then holds the float columns only and
+
+    obs_bytes     [T, E, B] uint8              the uint8 leaves' columns, in row order
+
+(`pack_bytes`); the learner puts them back among the float ones, as float, on its device.
+
 A *train batch* is flat: every array is [N, ...] after `flatten_fragment`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -50,6 +57,22 @@ TIME_MAJOR_KEYS = (
     "valid",
     "episode_ids",
 )
+
+
+#: Where a structured observation's uint8 columns travel (see the module docstring).
+BYTES_KEY = "obs_bytes"
+
+
+def pack_bytes(fragment: SampleBatch, byte_columns: Sequence[int]) -> SampleBatch:
+    """The fragment with its observations' `byte_columns` (of a full float32 row) moved
+    to BYTES_KEY as uint8 (they hold whole numbers 0..255: the cast is exact); as it is
+    without such columns or when its observations are bytes already."""
+    obs = fragment["obs"]
+    if not byte_columns or obs.dtype == np.uint8:
+        return fragment
+    keep = np.ones(obs.shape[-1], bool)
+    keep[np.asarray(byte_columns, np.int64)] = False
+    return {**fragment, "obs": obs[..., keep], BYTES_KEY: obs[..., ~keep].astype(np.uint8)}
 
 
 def env_steps(fragment: Mapping[str, np.ndarray]) -> int:
@@ -104,6 +127,9 @@ def check_fragment(fragment: Mapping[str, np.ndarray]) -> None:
             raise ValueError(f"{key} has shape {fragment[key].shape}, expected [{t}, {e}, ...]")
     if tuple(fragment["last_values"].shape) != (e,):
         raise ValueError(f"last_values has shape {fragment['last_values'].shape}, expected [{e}]")
+    if BYTES_KEY in fragment and (tuple(fragment[BYTES_KEY].shape[:2]) != (t, e) or fragment[BYTES_KEY].dtype != np.uint8):
+        raise ValueError(f"{BYTES_KEY} has shape {fragment[BYTES_KEY].shape} and dtype {fragment[BYTES_KEY].dtype}, "
+                         f"expected [{t}, {e}, ...] uint8")
     for key in RECURRENT_KEYS:
         if key in fragment and fragment[key].shape[:1] != (e,):
             raise ValueError(f"{key} has shape {fragment[key].shape}, expected [{e}, ...]")

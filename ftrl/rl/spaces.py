@@ -113,6 +113,11 @@ class SpaceSpec:
         """The dtype of observation rows: uint8 for byte rows no filter changes, else float32."""
         return np.dtype(np.uint8) if self.bytes_rows and not filtered else np.dtype(np.float32)
 
+    @property
+    def byte_columns(self) -> list[int]:
+        """The columns of a structured row that are uint8 leaves (images): sent as bytes."""
+        return [c for p in self.obs_parts if p.dtype == "uint8" for c in range(p.offset, p.offset + p.dim)]
+
     def unfiltered_columns(self) -> list[int]:
         """The columns an observation filter leaves as they are (one-hot, 0/1, pixel and
         action-mask parts)."""

@@ -54,8 +54,8 @@ from ftrl.rl.driver.async_learner import AsyncLearner, TrainBatch, lag_stats, wi
 from ftrl.rl.driver.learner_access import DirectAccess, LearnerAccess
 from ftrl.rl.learning.flat_adam import FlatAdam
 from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
-from ftrl.rl.learning.learner import Learner, scheduled, to_device
-from ftrl.rl.sample_batch import PER_ENV_KEYS, RECURRENT_KEYS, check_fragment
+from ftrl.rl.learning.learner import Learner, join_bytes, scheduled, to_device
+from ftrl.rl.sample_batch import BYTES_KEY, PER_ENV_KEYS, RECURRENT_KEYS, check_fragment
 
 __all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "entropy_term", "impala_loss",
            "policy_gradient_term", "time_major", "value_term", "vtrace", "vtrace_targets"]
@@ -178,7 +178,7 @@ def time_major(fragments: Sequence[dict[str, Any]], device: torch.device) -> lis
     for group in by_length.values():
         batch: dict[str, torch.Tensor] = {}
         for key in ("obs", "actions", "rewards", "logp", "values", "trunc_values", "terminateds", "truncateds",
-                    "valid"):
+                    "valid", *([BYTES_KEY] if BYTES_KEY in group[0] else [])):
             arrays = [f[key] for f in group]
             if key == "obs":
                 arrays = [a.reshape(a.shape[0], a.shape[1], -1) for a in arrays]
@@ -255,7 +255,7 @@ class IMPALALearner(Learner):
         columns, V-trace recomputed with the current values); returns learner metrics."""
         start = time.perf_counter()
         hp = self.hp
-        batches = time_major(fragments, self.device) if fragments else []
+        batches = [join_bytes(b, self.spec) for b in time_major(fragments, self.device)] if fragments else []
         n = int(sum(int(b["valid"].sum()) for b in batches))
         if n == 0 and self.allreduce is None:
             return {"num_samples": 0, "weights_version": self.version}

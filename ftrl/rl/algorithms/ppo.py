@@ -29,9 +29,9 @@ import torch
 from ftrl.config.ppo import PPOConfig, PPOTrainingConfig
 from ftrl.rl.algorithms.ppo_sequences import evaluate_masked, num_sequences, select, sequence_batch
 from ftrl.rl.driver.algorithm import Algorithm
-from ftrl.rl.learning.learner import Learner, scheduled, to_device
+from ftrl.rl.learning.learner import Learner, join_bytes, scheduled, to_device
 from ftrl.rl.learning.shards import split_fragments
-from ftrl.rl.sample_batch import check_fragment
+from ftrl.rl.sample_batch import BYTES_KEY, check_fragment
 from ftrl.rl.spaces import SpaceSpec
 
 __all__ = ["PPO", "PPOConfig", "PPOLearner", "PPOTrainingConfig", "compute_gae", "minibatches", "ppo_loss",
@@ -75,27 +75,30 @@ def train_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, spec
     if not fragments:
         return _empty_batch(spec, device)
     lam = hp.lambda_ if hp.use_gae else 1.0
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "logp", "values", "adv", "returns")}
+    obs_keys = ("obs", BYTES_KEY) if BYTES_KEY in fragments[0] else ("obs",)  # images of a Dict: bytes apart
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*obs_keys, "actions", "logp", "values", "adv", "returns")}
     for frag in fragments:
         check_fragment(frag)
         adv, ret = compute_gae(frag, hp.gamma, lam)
         valid = frag["valid"].reshape(-1)
         t, e = frag["rewards"].shape
-        parts["obs"].append(frag["obs"].reshape(t * e, -1)[valid])
+        for key in obs_keys:
+            parts[key].append(frag[key].reshape(t * e, -1)[valid])
         parts["actions"].append(frag["actions"].reshape((t * e, *frag["actions"].shape[2:]))[valid])
         parts["logp"].append(frag["logp"].reshape(-1)[valid])
         parts["values"].append(frag["values"].reshape(-1)[valid])
         parts["adv"].append(adv.reshape(-1)[valid])
         parts["returns"].append(ret.reshape(-1)[valid])
     dtypes = {"actions": np.int64 if spec.all_discrete else np.float32}
-    return {key: to_device(np.concatenate(arrays, axis=0).astype(_batch_dtype(key, arrays, dtypes), copy=False),
-                           device) for key, arrays in parts.items()}
+    return join_bytes({key: to_device(np.concatenate(arrays, axis=0).astype(_batch_dtype(key, arrays, dtypes),
+                                                                          copy=False), device)
+                       for key, arrays in parts.items()}, spec)
 
 
 def _batch_dtype(key: str, arrays: list[np.ndarray], dtypes: dict[str, type]) -> Any:
-    """A train batch column's dtype: uint8 observations stay bytes (the model makes them
-    float on the device), actions int64 or float32, the rest float32."""
-    if key == "obs" and arrays and arrays[0].dtype == np.uint8:
+    """A train batch column's dtype: uint8 observations stay bytes (on the device the
+    model, or `join_bytes`, makes them float), actions int64 or float32, the rest float32."""
+    if key in ("obs", BYTES_KEY) and arrays and arrays[0].dtype == np.uint8:
         return np.uint8
     return dtypes.get(key, np.float32)
 
@@ -285,9 +288,9 @@ class PPOLearner(Learner):
     def _sequences(self, fragments: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """The fragments as sequences of max_seq_len steps (ftrl.rl.algorithms.ppo_sequences)."""
         spec = self.spec
-        return sequence_batch(fragments, self.hp, self.config.model_config.max_seq_len, compute_gae, self.device,
-                              spec.obs_dim, spec.action_row_shape, spec.action_dtype,
-                              int(self.model.initial_state(1).shape[1]))
+        return join_bytes(sequence_batch(fragments, self.hp, self.config.model_config.max_seq_len, compute_gae,
+                                         self.device, spec.obs_dim, spec.action_row_shape, spec.action_dtype,
+                                         int(self.model.initial_state(1).shape[1])), spec)
 
 
 class PPO(Algorithm):

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ftrl.config.ppo import PPOTrainingConfig
-from ftrl.rl.sample_batch import RECURRENT_KEYS, check_fragment
+from ftrl.rl.sample_batch import BYTES_KEY, RECURRENT_KEYS, check_fragment
 
 #: Keys of one value per sequence ([N, ...]); the others are time-major [L, N, ...].
 PER_SEQUENCE_KEYS = RECURRENT_KEYS
@@ -43,7 +43,8 @@ def sequence_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, s
     """The fragments as sequences: time-major [L, N, ...] step keys and `mask`, [N, ...]
     start keys (`gae(fragment)` -> advantages, returns). No fragments: N = 0."""
     lam = hp.lambda_ if hp.use_gae else 1.0
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*_STEP_KEYS, "mask", *PER_SEQUENCE_KEYS)}
+    step_keys = (*_STEP_KEYS, *([BYTES_KEY] if fragments and BYTES_KEY in fragments[0] else []))
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*step_keys, "mask", *PER_SEQUENCE_KEYS)}
     for frag in fragments:
         check_fragment(frag)
         t, e = frag["rewards"].shape
@@ -52,7 +53,7 @@ def sequence_batch(fragments: Sequence[dict[str, Any]], hp: PPOTrainingConfig, s
             raise ValueError(f"a fragment of {t} steps notes {frag['state_in'].shape[1]} sequence starts, "
                              f"expected {k} (max_seq_len {seq_len})")
         adv, ret = gae(frag, hp.gamma, lam)
-        steps = {**{key: frag[key] for key in _STEP_KEYS if key in frag}, "adv": adv, "returns": ret,
+        steps = {**{key: frag[key] for key in step_keys if key in frag}, "adv": adv, "returns": ret,
                  "obs": frag["obs"].reshape(t, e, -1), "mask": frag["valid"]}
         for key, array in steps.items():
             parts[key].append(_windows(np.asarray(array), k, seq_len))

@@ -49,6 +49,7 @@ from ftrl.rl.rng_state import (
     torch_rng_from_wire,
     torch_rng_to_wire,
 )
+from ftrl.rl.sample_batch import BYTES_KEY
 from ftrl.rl.spaces import SpaceSpec
 
 Fragments = Sequence[dict[str, np.ndarray]]
@@ -374,3 +375,21 @@ def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     if device.type != "cuda":
         return tensor
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def join_bytes(batch: dict[str, torch.Tensor], spec: SpaceSpec) -> dict[str, torch.Tensor]:
+    """The batch with a structured observation's uint8 columns (BYTES_KEY, on the device
+    already) put back among its float ones as float: full rows under "obs", as the model
+    reads them. A batch without them is returned as it is."""
+    if BYTES_KEY not in batch:
+        return batch
+    out = dict(batch)
+    floats, raw = out.pop("obs"), out.pop(BYTES_KEY)
+    byte_cols = torch.as_tensor(spec.byte_columns, device=floats.device)
+    keep = torch.ones(spec.obs_dim, dtype=torch.bool, device=floats.device)
+    keep[byte_cols] = False
+    full = floats.new_empty((*floats.shape[:-1], spec.obs_dim))
+    full[..., keep] = floats
+    full[..., byte_cols] = raw.to(floats.dtype)
+    out["obs"] = full
+    return out

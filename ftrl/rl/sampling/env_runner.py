@@ -2,8 +2,8 @@
 
 Inference runs on `ftrl.rl.models.policy` (numpy by default, so runner processes never import
 torch; `inference_backend="torch"` uses the torch module instead, as do a CNN and a custom
-model, which have no numpy forward). The loop over the
-in-process sub-envs at each vector step, with the reset of each sub-env whose episode
+model, which have no numpy forward). Pixels (a uint8 Box, no filter) stay uint8 rows. The
+loop over the in-process sub-envs at each vector step, with the reset of each sub-env whose episode
 terminated in it, is `ftrl.rl.sampling.vector_step`: in C (`_vecstep.c`, built by `pip
 install` where a C compiler is found; ~6% more steps/s on CartPole) or, without it or
 with `FTRL_PURE_PYTHON=1`, its Python twin: the same calls, fragments and errors.
@@ -42,10 +42,9 @@ completes for `env_step_timeout_s` the watchdog logs
 exit code `EXIT_WATCHDOG`, so the worker restarts it like any failed actor and the
 driver's runner group recovers it (a driver that sampled itself restarts in place and
 resumes from its newest checkpoint). Building the sub-envs (in the constructor and in
-`reset_envs()`, a soft restart) is watched the same way: each sub-env built is progress,
-and one whose construction takes longer than `env_step_timeout_s` ends the process
-("env construction hung ..."), where a hung soft restart would otherwise hold the
-runner's lock for good. A Python-level spin in `step` is caught (the watchdog
+`reset_envs()`, a soft restart) is watched the same way (each sub-env built is progress;
+one built in over `env_step_timeout_s` ends the process: "env construction hung ..."),
+where a hung soft restart would otherwise hold the runner's lock for good. A Python-level spin in `step` is caught (the watchdog
 thread still gets the GIL); a C extension spinning while holding the GIL is not. With
 `remote_worker_envs=True` the per-sub-env timeout above handles hung sub-envs first: the
 watchdog then waits at least `2 * sample_timeout_s + 10` s.
@@ -66,6 +65,7 @@ from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
 from ftrl.rl.callbacks import HookCaller, MetricsLogger, build_callbacks
 from ftrl.rl.models.policy import make_policy
+from ftrl.rl.sample_batch import pack_bytes
 from ftrl.rl.sampling.env_factory import evaluation_env_config, with_render_mode
 from ftrl.rl.sampling.episode_hooks import EpisodeHooks
 from ftrl.rl.sampling.filters import NoFilter, make_filter
@@ -474,6 +474,7 @@ class EnvRunner(SubEnvLifecycle):
             }
             if self._callbacks is not None:
                 self._sample_end(result)
+            result["batch"] = pack_bytes(batch, self.spec.byte_columns)  # the images of a Dict as bytes
             return result
 
     def _sample_end(self, result: dict[str, Any]) -> None:
@@ -696,5 +697,3 @@ class EnvRunner(SubEnvLifecycle):
             self._weights_plane.close()
         if self._sample_server is not None:
             self._sample_server.close()
-
-

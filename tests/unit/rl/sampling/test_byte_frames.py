@@ -12,6 +12,8 @@ from ftrl.config import APPOConfig, IMPALAConfig, PPOConfig
 from ftrl.rl.algorithms.appo import APPOLearner
 from ftrl.rl.algorithms.impala import IMPALALearner, time_major
 from ftrl.rl.algorithms.ppo import PPOLearner, train_batch
+from ftrl.rl.learning.learner import join_bytes
+from ftrl.rl.sample_batch import BYTES_KEY, check_fragment, pack_bytes
 from ftrl.rl.sampling import vector_step
 from ftrl.rl.sampling.env_runner import EnvRunner
 from ftrl.wire import codec
@@ -124,3 +126,78 @@ def test_an_update_on_uint8_frames_is_the_update_on_float_frames(cls, learner_cl
     after = learners[0].get_weights()[1]
     assert np.abs(after - before).max() > 1e-5  # the update moved the weights
     np.testing.assert_allclose(after, learners[1].get_weights()[1], rtol=0, atol=1e-6)
+
+
+# ---- the images of a Dict observation: bytes in buffers of their own
+
+DICT_ENV = "ftrl.testing.struct_envs:ImageVectorEnv"  # {"image": uint8 (12, 12, 1), "sign": float (1,)}
+
+
+def _dict_config(cls=PPOConfig, **env_runners):
+    return (cls().environment(DICT_ENV).env_runners(num_envs_per_env_runner=4, rollout_fragment_length=16,
+                                                    **env_runners)
+            .training(train_batch_size=64).debugging(seed=4))
+
+
+@pytest.mark.parametrize("observation_filter", ["NoFilter", "MeanStdFilter"])
+def test_a_dict_s_image_travels_as_bytes_apart_from_its_vector(observation_filter):
+    result = _sample(_dict_config(observation_filter=observation_filter))[0]
+    batch = result["batch"]
+    assert batch[BYTES_KEY].dtype == np.uint8 and batch[BYTES_KEY].shape == (16, 4, 144)
+    assert batch["obs"].dtype == np.float32 and batch["obs"].shape == (16, 4, 1)  # the sign alone
+    assert set(np.unique(batch[BYTES_KEY])) == {0, 255}  # the square, unscaled
+    if observation_filter == "NoFilter":
+        assert set(np.unique(batch["obs"])) == {-1.0, 1.0}
+    check_fragment(batch)
+    decoded = codec.decode(codec.encode(result))["batch"]
+    assert decoded[BYTES_KEY].dtype == np.uint8 and np.array_equal(decoded[BYTES_KEY], batch[BYTES_KEY])
+    assert len(codec.encode(result)) < 16 * 4 * 145 * 4 / 2  # not as float32 rows
+
+
+def test_the_learner_joins_the_columns_back_in_row_order():
+    cfg = _dict_config()
+    spec = _spec(cfg)
+    assert spec.byte_columns == list(range(144))
+    rng = np.random.default_rng(0)
+    full = np.concatenate([rng.integers(0, 256, (3, 2, 144)).astype(np.float32),
+                           rng.normal(size=(3, 2, 1)).astype(np.float32)], axis=-1)
+    packed = pack_bytes({"obs": full}, spec.byte_columns)
+    assert packed["obs"].shape == (3, 2, 1) and packed[BYTES_KEY].shape == (3, 2, 144)
+    joined = join_bytes({k: torch.from_numpy(v) for k, v in packed.items()}, spec)
+    assert BYTES_KEY not in joined and torch.equal(joined["obs"], torch.from_numpy(full))
+    fragment = _sample(cfg)[0]["batch"]
+    for bad in (fragment[BYTES_KEY].astype(np.float32), fragment[BYTES_KEY][:1]):  # a runner's wrong dtype, shape
+        with pytest.raises(ValueError, match="obs_bytes has shape"):
+            check_fragment({**fragment, BYTES_KEY: bad})
+
+
+def _unpacked(fragment: dict, spec) -> dict:
+    """A packed fragment as one float32 row per step (what it was before `pack_bytes`)."""
+    out = {k: v for k, v in fragment.items() if k != BYTES_KEY}
+    full = np.empty((*fragment["obs"].shape[:2], spec.obs_dim), np.float32)
+    keep = np.ones(spec.obs_dim, bool)
+    keep[spec.byte_columns] = False
+    full[..., keep] = fragment["obs"]
+    full[..., ~keep] = fragment[BYTES_KEY]
+    out["obs"] = full
+    return out
+
+
+@pytest.mark.parametrize("cls,learner_cls,model", [
+    (PPOConfig, PPOLearner, {}),
+    (APPOConfig, APPOLearner, {}),
+    (PPOConfig, PPOLearner, {"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 5}),
+])
+def test_an_update_on_a_dict_s_bytes_is_the_update_on_its_float_rows(cls, learner_cls, model):
+    cfg = _dict_config(cls).training(model=model)
+    spec = _spec(cfg)
+    learners = [learner_cls(cfg, spec, seed=5) for _ in range(2)]
+    fragments = [r["batch"] for r in _sample(cfg, n=2, weights=learners[0].get_weights())]
+    assert BYTES_KEY in fragments[0]
+    torch.manual_seed(0)
+    on_bytes = learners[0].update(fragments)
+    torch.manual_seed(0)
+    on_floats = learners[1].update([_unpacked(f, spec) for f in fragments])
+    for key in ("policy_loss", "vf_loss", "entropy"):
+        assert on_bytes[key] == pytest.approx(on_floats[key], abs=1e-6, rel=1e-6), key
+    np.testing.assert_allclose(learners[0].get_weights()[1], learners[1].get_weights()[1], rtol=0, atol=1e-6)
