@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ftrl.rl.sampling.atari import GameScores, atari_id
 from ftrl.rl.sampling.episode_hooks import EpisodeHooks
 from ftrl.rl.sampling.filters import MeanStdFilter, NoFilter
 from ftrl.rl.sampling.recorder import EpisodeRecorder
@@ -94,6 +95,7 @@ class SubEnvLifecycle:
     _needs_reset: bool
     _broken: set[int]
     _episode_hooks: EpisodeHooks | None
+    _games: GameScores | None
     _recorder: EpisodeRecorder | None
     num_sub_env_restarts: int
     episodes_total: int
@@ -176,6 +178,8 @@ class SubEnvLifecycle:
         except SubEnvError as e:
             raise ConfigError(f"cannot create environment {self.env_id!r}: {e}") from e
         spec = self._envs[0].spec
+        #: the real games of Atari sub-envs in this process (a sub-env process keeps its own)
+        self._games = GameScores() if atari_id(self.env_id) and not self.remote_envs else None
         if any(env.spec != spec for env in self._envs[1:]):
             raise ConfigError(f"sub-envs of {self.env_id!r} have different spaces")
         if space_spec is not None and SpaceSpec.from_dict(space_spec) != spec:
@@ -457,6 +461,8 @@ class SubEnvLifecycle:
             returns.append(float(ep_ret[i]))
             lengths.append(vec_steps - ep_start[i])
             self.episodes_total += 1
+            if self._games is not None:
+                self._games.episode_recorded(self._envs[i].env)
             if hooks is not None:  # on_episode_end, before the next episode starts
                 hooks.end(i)
             if i not in done:
@@ -477,8 +483,9 @@ class SubEnvLifecycle:
         }
         self._done_returns = []
         self._done_lengths = []
-        if self._episode_hooks is not None:
-            custom = self._episode_hooks.take()
-            if custom:
-                out["custom"] = {name: np.asarray(v, np.float64) for name, v in custom.items()}
+        custom = self._episode_hooks.take() if self._episode_hooks is not None else {}
+        if self._games is not None:
+            custom = {**custom, **self._games.take()}
+        if custom:
+            out["custom"] = {name: np.asarray(v, np.float64) for name, v in custom.items()}
         return out
