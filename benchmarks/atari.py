@@ -1,0 +1,97 @@
+"""Atari throughput: APPO on Pong (Nature CNN, frames as uint8 end to end) at several
+runners x envs shapes, on the embedded local cluster (real processes). Prints ONE JSON
+object, with the Atari definition every run used (`ftrl.rl.sampling.atari.definition`).
+
+    python benchmarks/atari.py [--shapes 1x16 2x8 2x32] [--seconds 60] [--threads N]
+
+Per shape: agent steps and env frames (x frame_skip 4) trained per second and per
+CPU-second (this process and every process it started: coordinator, worker, runners,
+spares), the learner's busy share, the mean policy lag, the bytes of one fragment's
+observations and how long one learner update took. The window starts after the first
+2 iterations (the runners' torch import and the first weights are not counted).
+
+Settings: APPO, `rollout_fragment_length` 32 (Sample Factory's Atari unroll), train
+batches of 512 agent steps, lr 5e-4, one epoch, no observation filter, the learner on
+the driver with `--threads` torch threads (default: torch's own choice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.async_throughput import cpu_seconds  # noqa: E402
+from benchmarks.common import emit  # noqa: E402
+from ftrl.config import APPOConfig  # noqa: E402
+from ftrl.rl.sampling.atari import definition  # noqa: E402
+
+ENV = "atari:ALE/Pong-v5"
+FRAME_SKIP = 4
+
+
+def config(runners: int, envs: int, fragment: int, batch: int):
+    return (APPOConfig().environment(ENV)
+            .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs, rollout_fragment_length=fragment)
+            .training(train_batch_size=batch, lr=5e-4, vf_loss_coeff=0.5, entropy_coeff=0.01)
+            .reporting(min_time_s_per_iteration=2.0)
+            .debugging(seed=0, log_level="ERROR"))
+
+
+def measure(runners: int, envs: int, seconds: float, fragment: int, batch: int) -> dict:
+    t_build = time.monotonic()
+    algo = config(runners, envs, fragment, batch).build(job_name=f"atari-{runners}x{envs}")
+    try:
+        startup_s = time.monotonic() - t_build
+        for _ in range(2):
+            algo.train()
+        trained0 = algo.env_steps_trained
+        cpu0, t0 = cpu_seconds(), time.monotonic()
+        rows = []
+        while time.monotonic() - t0 < seconds:
+            rows.append(algo.train())
+        wall = time.monotonic() - t0
+        cpu = cpu_seconds() - cpu0
+        steps = algo.env_steps_trained - trained0
+        lags = [r["policy_lag_mean"] for r in rows if r.get("policy_lag_mean") is not None]
+        learn_s = [r["learner"]["learn_time_s"] for r in rows if r.get("learner", {}).get("learn_time_s")]
+        return {
+            "runners": runners, "envs_per_runner": envs, "rollout_fragment_length": fragment,
+            "train_batch_size": batch, "startup_s": round(startup_s, 1), "window_s": round(wall, 1),
+            "agent_steps_trained": steps, "frames_trained_per_s": round(FRAME_SKIP * steps / wall, 1),
+            "frames_trained_per_cpu_s": round(FRAME_SKIP * steps / cpu, 1) if cpu > 0 else None,
+            "cpu_s": round(cpu, 1), "cores_used": round(cpu / wall, 2),
+            "learner_busy_share": round(sum(r["learner_busy_share"] for r in rows) / len(rows), 3),
+            "policy_lag_mean": round(sum(lags) / len(lags), 2) if lags else None,
+            "learner_update_s": round(sum(learn_s) / len(learn_s), 3) if learn_s else None,
+            "fragment_obs_bytes": fragment * envs * 4 * 84 * 84,
+            "episode_return_mean": rows[-1].get("episode_return_mean"),
+        }
+    finally:
+        algo.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=["1x16", "2x8", "2x32"])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--fragment", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=512)
+    args = parser.parse_args()
+    results = []
+    for shape in args.shapes:
+        runners, envs = (int(x) for x in shape.split("x"))
+        result = measure(runners, envs, args.seconds, args.fragment, args.batch)
+        print(f"{shape}: {result['frames_trained_per_s']} frames/s, {result['frames_trained_per_cpu_s']} per CPU-s, "
+              f"busy {result['learner_busy_share']}, update {result['learner_update_s']} s", file=sys.stderr)
+        results.append(result)
+    emit({"benchmark": "atari", "algo": "APPO", "model": "Nature CNN", "atari": definition(ENV),
+          "seconds": args.seconds, "shapes": results})
+
+
+if __name__ == "__main__":
+    main()
