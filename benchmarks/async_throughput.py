@@ -8,8 +8,9 @@ Both learn, on the driver's learner, with the Sample Factory harness's throughpu
 settings (../shared/peers/sample_factory/throughput.py): batches of 1024 env steps, one
 epoch of one minibatch, lr 3e-4, value loss coefficient 0.01, a [32] linear model.
 Both use fragments of 1024 / (runners x envs) steps per env (`--appo-fragment 32`:
-Sample Factory's 32-step trajectories for APPO); APPO samples them without rounds, PPO
-in synchronous rounds of 1024 steps. The window starts after 2 iterations;
+Sample Factory's 32-step trajectories for APPO); APPO samples them without rounds, each
+runner a fragment ahead (`--no-sample-ahead`: when asked), PPO in synchronous rounds of
+1024 steps. The window starts after 2 iterations;
 `env_steps_trained_per_s` counts the steps the learner trained on in it, and
 `per_cpu_s` divides by the CPU seconds of this process and every process it started
 (coordinator, worker, runner and spare processes). APPO's `learner_busy_share` is the
@@ -37,10 +38,11 @@ from ftrl.config import APPOConfig, PPOConfig  # noqa: E402
 MODEL = {"fcnet_hiddens": [32], "fcnet_activation": "linear", "vf_share_layers": True}
 
 
-def config(algo: str, runners: int, envs: int, fragment: int | str = "auto"):
+def config(algo: str, runners: int, envs: int, fragment: int | str = "auto", sample_ahead: bool = True):
     if algo == "APPO":
         cfg = (APPOConfig().training(train_batch_size=1024, lr=3e-4, vf_loss_coeff=0.01, model=MODEL)
-               .env_runners(rollout_fragment_length=fragment).reporting(min_time_s_per_iteration=0.5))
+               .env_runners(rollout_fragment_length=fragment, sample_ahead=sample_ahead)
+               .reporting(min_time_s_per_iteration=0.5))
     else:
         cfg = (PPOConfig().training(train_batch_size=1024, minibatch_size=1024, num_epochs=1, lr=3e-4,
                                     vf_loss_coeff=0.01, model=MODEL))
@@ -61,9 +63,10 @@ def cpu_seconds() -> float:
     return total
 
 
-def measure(algo: str, runners: int, envs: int, seconds: float, fragment: int | str = "auto") -> dict:
+def measure(algo: str, runners: int, envs: int, seconds: float, fragment: int | str = "auto",
+            sample_ahead: bool = True) -> dict:
     t_build = time.monotonic()
-    trainer = config(algo, runners, envs, fragment).build(job_name=f"tp-{algo.lower()}-{runners}x{envs}")
+    trainer = config(algo, runners, envs, fragment, sample_ahead).build(job_name=f"tp-{algo.lower()}-{runners}x{envs}")
     try:
         startup_s = time.monotonic() - t_build
         for _ in range(2):
@@ -104,6 +107,8 @@ def main() -> None:
     parser.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--no-sample-ahead", action="store_true",
+                        help="APPO's runners sample when asked (sample_ahead=False), as before it existed")
     parser.add_argument("--appo-fragment", default="auto",
                         help='APPO\'s rollout_fragment_length ("auto": 1024 / (runners x envs), as PPO\'s; '
                         "32: Sample Factory's)")
@@ -113,7 +118,7 @@ def main() -> None:
         for envs in args.envs:
             fragment = args.appo_fragment if args.appo_fragment == "auto" else int(args.appo_fragment)
             pair = {"PPO": measure("PPO", runners, envs, args.seconds),
-                    "APPO": measure("APPO", runners, envs, args.seconds, fragment)}
+                    "APPO": measure("APPO", runners, envs, args.seconds, fragment, not args.no_sample_ahead)}
             ppo, appo = pair["PPO"], pair["APPO"]
             shapes.append({
                 "runners": runners, "envs_per_runner": envs, "ppo": ppo, "appo": appo,
@@ -123,7 +128,8 @@ def main() -> None:
             })
             print(f"{runners}x{envs}: PPO {ppo['env_steps_trained_per_s']}/s, APPO "
                   f"{appo['env_steps_trained_per_s']}/s (busy {appo['learner_busy_share']})", file=sys.stderr)
-    emit({"benchmark": "async_throughput", "env": "CartPole-v1", "seconds": args.seconds, "shapes": shapes,
+    emit({"benchmark": "async_throughput", "env": "CartPole-v1", "seconds": args.seconds,
+          "appo_fragment": args.appo_fragment, "sample_ahead": not args.no_sample_ahead, "shapes": shapes,
           "appo_at_least_ppo_everywhere": all(s["appo_vs_ppo_per_s"] >= 1.0 for s in shapes),
           "busy_share_ok": all(s["appo"]["learner_busy_share"] >= 0.8 for s in shapes if s["runners"] >= 2)})
 

@@ -156,6 +156,11 @@ class EnvRunnersConfig:
         "actor is killed and restarted (a driver actor that samples itself: restarted, resumed)",
         check=positive_float, change=_ALL_RUNNERS,
     )
+    sample_ahead: bool = option(
+        True, "asynchronous algorithms (IMPALA, APPO): each runner samples its next fragment while its last one "
+        "travels to the driver (more env steps/s with short fragments; each fragment a little older, in policy "
+        "lag); False: a runner samples when asked", change=_DRIVER,
+    )
     sample_busy_poll_s: float = option(
         0.01, "seconds a runner busy-polls (yielding its CPU) for its next sample request before it sleeps, "
         "while recent requests came that fast (0: never): spares waking an idle CPU each round, "

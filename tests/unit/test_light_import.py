@@ -113,3 +113,11 @@ def test_runners_that_infer_with_torch_get_spares_with_torch():
     assert spare_preload(config, driver=False) == "ftrl.rl.sampling.env_runner,torch"
     config.env_runners(inference_backend="numpy").learners(num_learners=2)  # learners host torch
     assert spare_preload(config, driver=False) == "ftrl.rl.sampling.env_runner,torch"
+    # models with no numpy forward: CNN runners (Atari's, or asked for), an LSTM, a custom model
+    for change in ({"env": "atari:ALE/Pong-v5"}, {"model": {"conv_filters": [[16, 3, 2]]}},
+                   {"model": {"conv_type": "impala"}}, {"model": {"use_lstm": True}},
+                   {"model": {"custom_model": "tests.custom_models:TinyNet"}}):
+        cnn = PPOConfig().environment(change.get("env", "CartPole-v1")).training(model=change.get("model", {}))
+        assert spare_preload(cnn, driver=False) == "ftrl.rl.sampling.env_runner,torch", change
+    assert spare_preload(PPOConfig().environment("CartPole-v1").training(model={"conv_filters": []}),
+                         driver=False) == "ftrl.rl.sampling.env_runner"  # fully connected, numpy

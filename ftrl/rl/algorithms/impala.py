@@ -373,7 +373,8 @@ class IMPALA(Algorithm):
             assert group is not None
             if not group.healthy():
                 group.wait_for_healthy()
-            results = group.harvest().results  # at the version just synced
+            # at the version just synced; each runner samples its next fragment ahead
+            results = group.harvest(prefetch=self.config.env_runners_cfg.sample_ahead).results
             if not results:
                 group.wait_any(0.05)
         for result in results:

@@ -53,6 +53,18 @@ def cluster_gpus(config: Any, visible: list[str] | None = None) -> int:
     return len(visible)
 
 
+def runners_use_torch(config: Any) -> bool:
+    """Whether the config alone says the runners will infer with torch: the torch
+    backend, or a model with no numpy forward (an LSTM, a custom model, a CNN asked for
+    by `conv_filters`/`conv_type`, an Atari env's CNN). An image env of one's own gets
+    its CNN from its space, which only the runners see: its runners import torch when
+    they start (or set `inference_backend="torch"`)."""
+    model = config.model_config
+    return (config.env_runners_cfg.inference_backend == "torch" or bool(model.use_lstm)
+            or bool(model.custom_model) or bool(model.conv_filters) or model.conv_type == "impala"
+            or str(config.environment_cfg.env).startswith("atari:"))
+
+
 def spare_preload(config: Any, driver: bool = True) -> str:
     """The worker's preload spec (ftrl.worker.processes): spares import the env runner,
     and torch when some of them will host torch: learner actors, or runners that infer
@@ -60,7 +72,7 @@ def spare_preload(config: Any, driver: bool = True) -> str:
     a restarted learner or driver starts without importing torch). With `driver`, the
     first actor's spare imports the driver and the algorithm's module, which bring torch."""
     runners = RUNNER_PRELOAD
-    if config.env_runners_cfg.inference_backend == "torch" or config.learners_cfg.num_learners > 0:
+    if runners_use_torch(config) or config.learners_cfg.num_learners > 0:
         runners += ",torch"
     if not driver:
         return runners

@@ -34,20 +34,7 @@ its process dying when `remote_worker_envs=True`):
   that failed and starts fresh episodes everywhere.
 A remote sub-env that does not answer within `sample_timeout_s` counts as hung (failed).
 
-Hung env (in-process sub-envs): a runner inside an actor process (a remote runner, or
-the local runner of a job's driver actor) runs a `ProgressWatchdog` (ftrl.util.watchdog).
-While `sample()`/`evaluate()` runs, each vector step stamps progress; if no step
-completes for `env_step_timeout_s` the watchdog logs
-`event=WATCHDOG_KILL ... reason="env step hung for X s ..."` and ends the process with
-exit code `EXIT_WATCHDOG`, so the worker restarts it like any failed actor and the
-driver's runner group recovers it (a driver that sampled itself restarts in place and
-resumes from its newest checkpoint). Building the sub-envs (in the constructor and in
-`reset_envs()`, a soft restart) is watched the same way (each sub-env built is progress;
-one built in over `env_step_timeout_s` ends the process: "env construction hung ..."),
-where a hung soft restart would otherwise hold the runner's lock for good. A Python-level spin in `step` is caught (the watchdog
-thread still gets the GIL); a C extension spinning while holding the GIL is not. With
-`remote_worker_envs=True` the per-sub-env timeout above handles hung sub-envs first: the
-watchdog then waits at least `2 * sample_timeout_s + 10` s.
+Hung env: the watchdog (`ftrl.rl.sampling.sub_env_lifecycle`'s docstring).
 """
 
 from __future__ import annotations
@@ -73,6 +60,7 @@ from ftrl.rl.sampling.recorder import EpisodeRecorder
 from ftrl.rl.sampling.sub_env import SubEnvError, make_sub_env
 from ftrl.rl.sampling.sub_env_lifecycle import _UNWATCHED, SubEnvLifecycle, _Unwatched
 from ftrl.rl.sampling.vector_step import loop_name, select_step_envs, sq_sum
+from ftrl.rl.sampling.weights_inbox import WeightsInbox
 from ftrl.rl.spaces import ObsEncoder, SpaceSpec, env_action
 from ftrl.rl.weights import tree as weights_tree
 from ftrl.util.watchdog import ProgressWatchdog
@@ -96,7 +84,7 @@ class EnvRunner(SubEnvLifecycle):
         set_torch_threads: with the torch inference backend, call torch.set_num_threads(1)
             (actors: yes). The numpy backend (default) never imports torch.
         watchdog: kill this process when an env step hangs for `env_step_timeout_s`
-            (see the module docstring). None (default): on inside an actor process (a
+            (`sub_env_lifecycle`'s docstring). None (default): on inside an actor process (a
             remote runner, or a driver actor's local runner), off in a user's own process.
     """
 
@@ -137,6 +125,7 @@ class EnvRunner(SubEnvLifecycle):
         # distinct seeds per runner, and evaluation runners apart from training ones
         self._seed = None if seed is None else seed + 10_007 * self.worker_index + (500_009 if evaluation else 0)
         self._lock = threading.RLock()
+        self._inbox = WeightsInbox()  # weights that came while a fragment was being sampled
         self._weights_plane: Any = None  # WeightsNode, started on first use
         self._sample_server: Any = None  # SampleServer, started on first sample_address()
         self._plane_lock = threading.Lock()
@@ -230,7 +219,8 @@ class EnvRunner(SubEnvLifecycle):
     # ------------------------------------------------------------------ sampling
 
     def _run(self, steps: int, explore: bool, record: bool, max_episodes: int | None = None) -> dict[str, np.ndarray] | None:
-        """`_steps` with the hung-env watchdog armed while it runs."""
+        """`_steps` with the hung-env watchdog armed while it runs (on the newest weights)."""
+        self._load_waiting_weights()
         wd = self._watchdog
         wd.begin("env step")
         try:
@@ -524,12 +514,7 @@ class EnvRunner(SubEnvLifecycle):
                         self._run(1000, explore, record=False, max_episodes=num_episodes)
             finally:
                 self._recorder = None
-            episodes = self._take_episodes()
-            if num_episodes is not None:
-                custom = episodes.pop("custom", None)
-                episodes = {k: v[:num_episodes] for k, v in episodes.items()}
-                if custom is not None:
-                    episodes["custom"] = {k: v[:num_episodes] for k, v in custom.items()}
+            episodes = self._take_episodes(first=num_episodes)
             self._needs_reset = True
             video = recorder.video() if recorder is not None else None
             return {**episodes, "env_steps": self.env_steps_total - steps_before,
@@ -546,19 +531,36 @@ class EnvRunner(SubEnvLifecycle):
         return EpisodeRecorder(lambda: self._envs[0].env, fps)
 
     def set_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> dict[str, Any]:
-        """Load policy weights (flat float32) tagged `version`, and optionally filter state."""
-        with self._lock:
-            self.policy.set_flat(weights)
-            self.weights_version = int(version)
-            if filter_state is not None:
-                self.filter.set_state(filter_state)
-                self._synced_filter = filter_state
+        """Load policy weights (flat float32) tagged `version`, and optionally filter state;
+        while a fragment is being sampled, before the next one (never waiting for it)."""
+        if not self._lock.acquire(blocking=False):
+            self._inbox.put(version, weights, filter_state)
+            return {"weights_version": int(version), "waiting": True}
+        try:
+            self._inbox.take()  # anything waiting there came before these
+            self._load_weights(version, weights, filter_state)
             return {"weights_version": self.weights_version}
+        finally:
+            self._lock.release()
+
+    def _load_weights(self, version: int, weights: np.ndarray, filter_state: dict | None) -> None:
+        self.policy.set_flat(weights)
+        self.weights_version = int(version)
+        if filter_state is not None:
+            self.filter.set_state(filter_state)
+            self._synced_filter = filter_state
+
+    def _load_waiting_weights(self) -> None:
+        """Load the weights that came while the lock was held (the lock held)."""
+        waiting = self._inbox.take()
+        if waiting is not None:
+            self._load_weights(*waiting)
 
     def synced_filter(self) -> dict[str, Any]:
         """The weights version and the observation filter state the driver sent with it
         last (None before any): the central filter, for a driver that lost its own."""
         with self._lock:
+            self._load_waiting_weights()
             return {"weights_version": self.weights_version, "filter": self._synced_filter}
 
     def weights_address(self) -> str:
@@ -568,24 +570,15 @@ class EnvRunner(SubEnvLifecycle):
 
     def sample_address(self) -> dict[str, Any]:
         """{"address": host:port, "incarnation": n} of this runner's sample channel server
-        (`ftrl.rl.sampling.sample_plane`, started on first use); address "" where there is none
-        (in-process; a TLS cluster, as the channel is plain TCP; no cluster token on a
-        non-loopback address)."""
-        from ftrl.client.context import get_runtime_context
-        from ftrl.wire.security import is_loopback
+        (`ftrl.rl.sampling.sample_plane.open_sample_server`, started on first use); address
+        "" where there is none."""
+        from ftrl.rl.sampling.sample_plane import open_sample_server
 
-        ctx = get_runtime_context()
-        if ctx is None or ctx.security is None or ctx.security.tls:
-            return {"address": "", "incarnation": 0}
-        if not ctx.security.token and not is_loopback(ctx.host):
-            return {"address": "", "incarnation": 0}  # no token off loopback: nothing to check peers with
         with self._plane_lock:
             if self._sample_server is None:
-                from ftrl.rl.sampling.sample_plane import SampleServer
-
-                self._sample_server = SampleServer(self, ctx.host, ctx.security.token, ctx.incarnation,
-                                                   self.config.env_runners_cfg.sample_busy_poll_s)
-            return {"address": self._sample_server.address, "incarnation": ctx.incarnation}
+                self._sample_server = open_sample_server(self, self.config.env_runners_cfg.sample_busy_poll_s)
+            server = self._sample_server
+        return {"address": server.address if server else "", "incarnation": server.incarnation if server else 0}
 
     def pull_weights(self, version: int, key: int, source: str, nbytes: int, filter_state: dict | None = None,
                      timeout_s: float = 60.0) -> dict[str, Any]:
@@ -619,6 +612,7 @@ class EnvRunner(SubEnvLifecycle):
 
     def get_weights(self) -> tuple[int, np.ndarray]:
         with self._lock:
+            self._load_waiting_weights()
             return self.weights_version, self.policy.get_flat()
 
     def get_filter_state(self) -> dict[str, Any]:

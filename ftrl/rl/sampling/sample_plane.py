@@ -19,6 +19,15 @@ wakes on the request, the driver thread waiting for the round wakes on the reply
 - A request is `{"method": "sample", "kwargs": {...}, "expect_version": v}`: `v` is the
   weights version the driver synced the runner to; a runner holding another version
   answers a stale error instead of sampling (the driver resyncs it).
+- Sampling ahead (`"prefetch": true` in kwargs; asynchronous algorithms): after its reply
+  the serving thread samples the next fragment at once and answers the next request
+  with it, so the runner samples while its fragment travels and the driver turns around
+  (with 32-step fragments that was 40% of a runner's time, profiled). No version is
+  expected: the fragment says which weights it was sampled with, and weights pushed
+  meanwhile wait in the runner's `WeightsInbox` for the fragment after it. One fragment
+  ahead at most: with no request (the learner's queue full) the runner waits, as before.
+  Ahead on the same thread, not a second one: a sampling thread beside the serving one
+  made both slower (they contend for the GIL, measured).
 - Between requests a serving thread busy-polls (yielding its CPU each turn) for up to
   `busy_poll_s` before it sleeps, but only while recent requests came that fast
   (`BusyPoll`): in back-to-back rounds the next request then finds a thread already
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import dataclasses
 import hmac
 import logging
 import math
@@ -142,6 +152,31 @@ class BusyPoll:
         self._waits.append(wait_s)
 
 
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A decoded sample request: `sample(**kwargs)`, the weights version the runner must
+    hold (None: any), and whether to sample the next fragment ahead after answering."""
+
+    kwargs: dict[str, Any]
+    expect_version: int | None
+    prefetch: bool
+
+
+def open_sample_server(runner: Any, busy_poll_s: float) -> SampleServer | None:
+    """A sample channel server for `runner` in this actor process, or None where there is
+    none: in-process (no runtime context), on a TLS cluster (the channel is plain TCP), or
+    with no cluster token on a non-loopback address (nothing to check peers with)."""
+    from ftrl.client.context import get_runtime_context
+    from ftrl.wire.security import is_loopback
+
+    ctx = get_runtime_context()
+    if ctx is None or ctx.security is None or ctx.security.tls:
+        return None
+    if not ctx.security.token and not is_loopback(ctx.host):
+        return None
+    return SampleServer(runner, ctx.host, ctx.security.token, ctx.incarnation, busy_poll_s)
+
+
 class SampleServer:
     """Serves `runner.sample()` to peers that know the cluster token (see module docstring).
 
@@ -173,6 +208,7 @@ class SampleServer:
                     return
                 poll = BusyPoll(self.busy_poll_s)
                 idle_since, polled = time.perf_counter(), False
+                ahead: list[bytes | memoryview] | None = None  # the reply sampled ahead
                 while not self._stop.is_set():
                     if not polled:  # once per wait, not after every idle timeout
                         polled = True
@@ -183,7 +219,14 @@ class SampleServer:
                     if payload is None:
                         continue  # idle: poll the stop flag again
                     poll.record(time.perf_counter() - idle_since)
-                    send_parts(conn, self._handle(payload))
+                    request = self._decode(payload)
+                    if not isinstance(request, Request):
+                        send_parts(conn, request)  # a malformed request's error
+                    elif request.prefetch and ahead is not None:
+                        send_parts(conn, ahead)
+                    else:
+                        send_parts(conn, self._answer(request))
+                    ahead = self._answer(request) if isinstance(request, Request) and request.prefetch else None
                     idle_since, polled = time.perf_counter(), False
         except (OSError, EOFError, ValueError, struct.error) as e:
             log.debug("sample channel ended: %s", e)
@@ -219,28 +262,34 @@ class SampleServer:
         conn.settimeout(None)  # the reply is sent whole, however long the peer takes to read
         return payload
 
-    def _handle(self, payload: bytes) -> list[bytes | memoryview]:
-        """Run one request; its reply frame's parts (encoded on this thread)."""
+    def _decode(self, payload: bytes) -> Request | list[bytes | memoryview]:
+        """The request in `payload`, or the error reply to a malformed one."""
         try:
             request = codec.decode(payload, codec.SMALL_LIMITS)
             if not isinstance(request, dict) or request.get("method") not in METHODS:
                 raise InvalidArgumentError("a sample channel request is {method: 'sample', kwargs, expect_version}")
-            kwargs = request.get("kwargs") or {}
-            expect = request.get("expect_version")
-            if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            kwargs = dict(request.get("kwargs") or {})
+            if not all(isinstance(k, str) for k in kwargs):
                 raise InvalidArgumentError("kwargs must be a map with str keys")
-        except FtrlError as e:
-            return _error_frame("invalid", e)
+            prefetch = bool(kwargs.pop("prefetch", False))
+            expect = request.get("expect_version")
+            return Request(kwargs, None if prefetch or expect is None else int(expect), prefetch)
+        except (FtrlError, TypeError, ValueError) as e:
+            return _error_frame("invalid", e if isinstance(e, FtrlError) else InvalidArgumentError(str(e)))
+
+    def _answer(self, request: Request) -> list[bytes | memoryview]:
+        """Sample for one request; its reply frame's parts (encoded on this thread)."""
         with self._cond:
             self._busy += 1
         try:
             runner = self.runner
             with runner._lock:  # as the RPC methods: never beside set_weights & co.
-                if expect is not None and int(expect) != runner.weights_version:
+                expect = request.expect_version
+                if expect is not None and expect != runner.weights_version:
                     return _error_frame("stale", message=(
                         f"runner holds weights version {runner.weights_version}, the driver expected {expect}"))
                 try:
-                    result = runner.sample(**kwargs)
+                    result = runner.sample(**request.kwargs)
                 except Exception as e:  # user code: the channel stays usable
                     return _error_frame("actor", e)
             try:

@@ -15,7 +15,8 @@ version) is dropped and counted (never used silently, never lost silently: the
 `SampleLedger`). Every fragment carries the weights version it was sampled with.
 
 Requests go on each runner's sample channel when it has one, else by RPC
-(`ftrl.rl.sampling.runner_channels`). Their errors are the RPC path's: a broken
+(`ftrl.rl.sampling.runner_channels`). `harvest(prefetch=True)` (asynchronous algorithms)
+has each runner sample its next fragment ahead on its channel (`sample_plane`). Their errors are the RPC path's: a broken
 connection is ActorUnavailableError (the runner is recovered as after a crash), no reply
 within 2 x `sample_timeout_s` is FtrlTimeoutError, an exception in `sample()` is
 ActorError.
@@ -279,4 +280,6 @@ class SampleRounds:
             except (FtrlError, RuntimeError) as e:
                 log.info("%s: sample channel unusable (%s); sampling by RPC", slot.name, e)
                 channels.close_channel(slot)
-        return slot.handle.submit(method, **kwargs)
+        # sampling ahead is the sample channel's (its serving thread samples the next
+        # fragment after each reply); by RPC a runner samples when asked
+        return slot.handle.submit(method, **{k: v for k, v in kwargs.items() if k != "prefetch"})

@@ -7,6 +7,23 @@ processes in parallel, applies the sub-env failure policy (restart only the fail
 or mark it broken and raise: see `ftrl.rl.sampling.env_runner`), and finishes episodes
 (returns, lengths, fresh episode ids). What a sub-env is (`_create`) is the runner's.
 The hot loop itself is `EnvRunner._steps` (one `vector_step` call per vector step).
+
+Hung env (in-process sub-envs): a runner inside an actor process (a remote runner, or
+the local runner of a job's driver actor) runs a `ProgressWatchdog` (ftrl.util.watchdog).
+While `sample()`/`evaluate()` runs, each vector step stamps progress; if no step
+completes for `env_step_timeout_s` the watchdog logs
+`event=WATCHDOG_KILL ... reason="env step hung for X s ..."` and ends the process with
+exit code `EXIT_WATCHDOG`, so the worker restarts it like any failed actor and the
+driver's runner group recovers it (a driver that sampled itself restarts in place and
+resumes from its newest checkpoint). Building the sub-envs (in the constructor and in
+`reset_envs()`, a soft restart) is watched the same way (each sub-env built is progress;
+one built in over `env_step_timeout_s` ends the process: "env construction hung ..."),
+where a hung soft restart would otherwise hold the runner's lock for good. A Python-level
+spin in `step` is caught (the watchdog thread still gets the GIL); a C extension spinning
+while holding the GIL is not. With `remote_worker_envs=True` the per-sub-env timeout
+(`sample_timeout_s`: a sub-env process that does not answer counts as hung) handles hung
+sub-envs first: the
+watchdog then waits at least `2 * sample_timeout_s + 10` s.
 """
 
 from __future__ import annotations
@@ -474,9 +491,10 @@ class SubEnvLifecycle:
                                    else SubEnvError(i, "observation contains NaN or inf"))
             self._new_episode(i)
 
-    def _take_episodes(self) -> dict[str, Any]:
-        """The episodes finished since the last take: returns, lengths and, when the
-        callbacks logged any, "custom" ({name: a value per episode, NaN: not logged})."""
+    def _take_episodes(self, first: int | None = None) -> dict[str, Any]:
+        """The episodes finished since the last take (the `first` of them only, when
+        given): returns, lengths and, when the callbacks logged any, "custom" ({name: a
+        value per episode, NaN: not logged})."""
         out: dict[str, Any] = {
             "returns": np.asarray(self._done_returns, np.float64),
             "lengths": np.asarray(self._done_lengths, np.int64),
@@ -488,4 +506,6 @@ class SubEnvLifecycle:
             custom = {**custom, **self._games.take()}
         if custom:
             out["custom"] = {name: np.asarray(v, np.float64) for name, v in custom.items()}
+        if first is not None:
+            out = {k: ({n: c[:first] for n, c in v.items()} if k == "custom" else v[:first]) for k, v in out.items()}
         return out

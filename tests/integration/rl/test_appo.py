@@ -61,6 +61,19 @@ def test_appo_reaches_475_while_a_runner_is_sigkilled_every_second(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_appo_runners_sampling_when_asked_learn_too(tmp_path):
+    """`sample_ahead=false`: the runners sample only when asked (the other path)."""
+    out, job = tmp_path / "run", "as"
+    with _train(out, job, "--num-env-runners", "2", "--set", "sample_ahead=false", "--stop-reward", "150",
+                "--stop-timesteps", "400000") as proc:
+        _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    rows = _rows(out)
+    assert rows[-1]["episode_return_mean"] >= 150 and rows[-1]["num_samples_lost"] == 0
+    assert all(r["num_learner_updates_this_iter"] >= 1 for r in rows)
+
+
+@pytest.mark.timeout(300)
 def test_killed_appo_driver_reattaches_and_goes_on(tmp_path):
     out, job = tmp_path / "run", "ad"
     with _train(out, job, "--num-env-runners", "2", "--set", "checkpoint_interval=3",

@@ -483,3 +483,57 @@ def test_a_quiet_connection_spins_once_not_after_every_idle_poll(monkeypatch):
     finally:
         ch.close()
         srv.close()
+
+
+# ---- sampling ahead (asynchronous algorithms)
+
+class CountingRunner(FakeRunner):
+    """Each fragment says which sample() call made it and with which weights."""
+
+    def sample(self, explore: bool | None = None) -> dict:
+        with self._lock:
+            self.calls += 1
+            if explore is False:
+                raise RuntimeError("boom in sample")
+            time.sleep(self.sleep_s)
+            return {"batch": {"call": np.array([self.calls])}, "env_steps": 1, "weights_version": self.weights_version}
+
+
+def test_a_prefetch_request_is_answered_with_the_fragment_sampled_ahead():
+    runner = CountingRunner()
+    srv = SampleServer(runner, "127.0.0.1", TOKEN)
+    ch = SampleChannel(srv.address, TOKEN)
+    try:
+        first = ch.submit({"prefetch": True}, 3, 5.0).result(timeout=5)
+        assert int(first["batch"]["call"][0]) == 1
+        assert _until(lambda: runner.calls == 2)  # the next one, sampled with no request
+        time.sleep(0.3)
+        assert runner.calls == 2  # one ahead at most: no request, no more sampling (back-pressure)
+        runner.weights_version = 4  # new weights after the fragment ahead was sampled
+        second = ch.submit({"prefetch": True}, 4, 5.0).result(timeout=5)
+        assert int(second["batch"]["call"][0]) == 2 and second["weights_version"] == 3  # it says its weights
+        assert _until(lambda: runner.calls == 3)
+        third = ch.submit({"prefetch": True}, 99, 5.0).result(timeout=5)  # no version expected ahead
+        assert int(third["batch"]["call"][0]) == 3 and third["weights_version"] == 4
+        plain = ch.submit({}, 4, 5.0).result(timeout=5)  # a plain request drops what was ahead
+        assert int(plain["batch"]["call"][0]) == 5
+        with pytest.raises(StaleIncarnationError):
+            ch.submit({}, 3, 5.0).result(timeout=5)  # and plain ones still check the version
+    finally:
+        ch.close()
+        srv.close()
+
+
+def test_an_error_sampling_ahead_is_the_next_request_s_error():
+    runner = CountingRunner()
+    srv = SampleServer(runner, "127.0.0.1", TOKEN)
+    ch = SampleChannel(srv.address, TOKEN)
+    try:
+        with pytest.raises(ActorError, match="boom in sample"):
+            ch.submit({"prefetch": True, "explore": False}, 3, 5.0).result(timeout=5)  # its own sample raised
+        with pytest.raises(ActorError, match="boom in sample"):
+            ch.submit({"prefetch": True}, 3, 5.0).result(timeout=5)  # the one sampled ahead raised too
+        assert int(ch.submit({"prefetch": True}, 3, 5.0).result(timeout=5)["batch"]["call"][0]) == 3
+    finally:
+        ch.close()
+        srv.close()

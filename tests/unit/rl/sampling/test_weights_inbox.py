@@ -1,0 +1,55 @@
+"""Weights pushed while a runner samples wait in its inbox: the push never waits for the
+fragment, and the runner samples its next fragment with them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ftrl.config import APPOConfig
+from ftrl.rl.sampling.env_runner import EnvRunner
+from ftrl.rl.sampling.weights_inbox import WeightsInbox
+
+
+def test_the_inbox_keeps_the_last_push_once():
+    inbox = WeightsInbox()
+    assert inbox.take() is None
+    inbox.put(5, np.ones(2, np.float32), None)
+    inbox.put(4, np.zeros(2, np.float32), {"kind": "NoFilter"})  # a restored driver's: the last push wins
+    version, weights, filter_state = inbox.take()
+    assert version == 4 and weights.tolist() == [0.0, 0.0] and filter_state == {"kind": "NoFilter"}
+    assert inbox.take() is None
+
+
+def test_a_push_to_a_busy_runner_returns_at_once_and_the_next_fragment_uses_it():
+    cfg = (APPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2, rollout_fragment_length=8)
+           .debugging(seed=0))
+    runner = EnvRunner(cfg, set_torch_threads=False)
+    try:
+        version, weights = runner.get_weights()
+        new = (weights + 0.5).astype(np.float32)
+        held, release = threading.Event(), threading.Event()
+
+        def busy():  # as a fragment being sampled: the runner's lock held
+            with runner._lock:
+                held.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=busy)
+        holder.start()
+        assert held.wait(5)
+        t0 = time.monotonic()
+        reply = runner.set_weights(version + 1, new)
+        assert time.monotonic() - t0 < 1.0 and reply == {"weights_version": version + 1, "waiting": True}
+        assert runner.weights_version == version  # not loaded yet: the lock is someone else's
+        release.set()
+        holder.join(5)
+        result = runner.sample()
+        assert result["weights_version"] == version + 1
+        np.testing.assert_array_equal(runner.get_weights()[1], new)
+        assert runner.set_weights(version + 2, weights) == {"weights_version": version + 2}  # idle: loaded at once
+        assert runner.get_weights()[0] == version + 2
+    finally:
+        runner.stop()
