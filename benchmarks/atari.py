@@ -2,7 +2,8 @@
 runners x envs shapes, on the embedded local cluster (real processes). Prints ONE JSON
 object, with the Atari definition every run used (`ftrl.rl.sampling.atari.definition`).
 
-    python benchmarks/atari.py [--shapes 1x16 2x8 2x32] [--seconds 60] [--threads N]
+    python benchmarks/atari.py [--shapes 1x16 2x8 2x32] [--seconds 60]
+    python benchmarks/atari.py --what curve --minutes 30 [--shapes 1x16]   # + results/atari_pong_curve.png
 
 Per shape: agent steps and env frames (x frame_skip 4) trained per second and per
 CPU-second (this process and every process it started: coordinator, worker, runners,
@@ -12,7 +13,12 @@ observations and how long one learner update took. The window starts after the f
 
 Settings: APPO, `rollout_fragment_length` 32 (Sample Factory's Atari unroll), train
 batches of 512 agent steps, lr 5e-4, one epoch, no observation filter, the learner on
-the driver with `--threads` torch threads (default: torch's own choice).
+the driver (one torch thread, `num_cpus_per_learner`).
+
+`--what curve`: one run of `--minutes` on the first shape, learning settings closer to
+RLlib's Pong APPO example (lr 6e-4, grad_clip 40, no sticky actions as RLlib's and
+CleanRL's Pong examples), every row's training return (per life, clipped), the real
+game's score (`custom_metrics["game_return_mean"]`) and frames so far, and a PNG.
 """
 
 from __future__ import annotations
@@ -34,8 +40,8 @@ ENV = "atari:ALE/Pong-v5"
 FRAME_SKIP = 4
 
 
-def config(runners: int, envs: int, fragment: int, batch: int):
-    return (APPOConfig().environment(ENV)
+def config(runners: int, envs: int, fragment: int, batch: int, env_config: dict | None = None):
+    return (APPOConfig().environment(ENV, env_config=env_config or {})
             .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs, rollout_fragment_length=fragment)
             .training(train_batch_size=batch, lr=5e-4, vf_loss_coeff=0.5, entropy_coeff=0.01)
             .reporting(min_time_s_per_iteration=2.0)
@@ -75,13 +81,71 @@ def measure(runners: int, envs: int, seconds: float, fragment: int, batch: int) 
         algo.stop()
 
 
+def curve(runners: int, envs: int, minutes: float, fragment: int, batch: int, png: Path) -> dict:
+    """One learning run of `minutes` (see the module docstring)."""
+    env_config = {"repeat_action_probability": 0.0}
+    cfg = config(runners, envs, fragment, batch, env_config).training(lr=6e-4, grad_clip=40.0)
+    algo = cfg.build(job_name=f"atari-curve-{runners}x{envs}")
+    points = []
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60 * minutes:
+            row = algo.train()
+            game = (row.get("custom_metrics") or {}).get("game_return_mean")
+            points.append({"time_s": round(time.monotonic() - t0, 1), "frames": FRAME_SKIP * row["env_steps_sampled"],
+                           "frames_trained": FRAME_SKIP * algo.env_steps_trained,
+                           "episode_return_mean": row.get("episode_return_mean"), "game_return_mean": game})
+            print(f"{points[-1]['time_s']:7.1f} s {points[-1]['frames']:>10,} frames  life return "
+                  f"{row.get('episode_return_mean')}  game {game}", file=sys.stderr)
+    finally:
+        algo.stop()
+    _plot(points, png)
+    games = [p["game_return_mean"] for p in points if p["game_return_mean"] is not None]
+    return {"runners": runners, "envs_per_runner": envs, "minutes": minutes, "env_config": env_config,
+            "lr": 6e-4, "grad_clip": 40.0, "rollout_fragment_length": fragment, "train_batch_size": batch,
+            "frames": points[-1]["frames"] if points else 0,
+            "game_return_first": games[0] if games else None, "game_return_last": games[-1] if games else None,
+            "game_return_best": max(games) if games else None, "png": str(png), "points": points}
+
+
+def _plot(points: list[dict], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key, label in (("game_return_mean", "game score (all lives, unclipped; 100-episode window)"),
+                       ("episode_return_mean", "training return (per life, clipped)")):
+        xy = [(p["frames"] / 1e6, p[key]) for p in points if p[key] is not None]
+        if xy:
+            ax.plot(*zip(*xy, strict=True), label=label)
+    ax.set_xlabel("env frames (millions)")
+    ax.set_ylabel("return")
+    ax.set_title("ftrl APPO on Pong, 2-core CPU, Nature CNN")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--what", choices=["throughput", "curve"], default="throughput")
+    parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--shapes", nargs="+", default=["1x16", "2x8", "2x32"])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--fragment", type=int, default=32)
     parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args()
+    if args.what == "curve":
+        runners, envs = (int(x) for x in args.shapes[0].split("x"))
+        png = REPO / "benchmarks" / "results" / "atari_pong_curve.png"
+        emit({"benchmark": "atari_curve", "algo": "APPO", "model": "Nature CNN",
+              "atari": definition(ENV, {"repeat_action_probability": 0.0}),
+              **curve(runners, envs, args.minutes, args.fragment, args.batch, png)})
+        return
     results = []
     for shape in args.shapes:
         runners, envs = (int(x) for x in shape.split("x"))

@@ -311,7 +311,8 @@ class AlgorithmConfig:
     def env_runner_resources(self) -> dict[str, float]:
         """What each env runner (and evaluation runner) takes on a worker."""
         run = self.env_runners_cfg
-        return {"cpu": float(run.num_cpus_per_env_runner), **run.custom_resources_per_env_runner}
+        gpus = {"gpu": float(run.num_gpus_per_env_runner)} if run.num_gpus_per_env_runner else {}
+        return {"cpu": float(run.num_cpus_per_env_runner), **gpus, **run.custom_resources_per_env_runner}
 
     def learner_resources(self) -> dict[str, float]:
         """What each learner actor takes on a worker."""

@@ -72,6 +72,12 @@ def custom_resources(name: str, value: dict) -> None:
             raise ConfigError(f"{name}[{key!r}] must be a positive number, got {amount!r}")
 
 
+def _runner_gpus(name: str, value: float) -> None:
+    non_negative_float(name, value)
+    if value > 1:
+        raise ConfigError(f"{name}={value:g}: a runner infers on one GPU (fractions share one)")
+
+
 def _import_path(name: str, value: str) -> None:
     try:
         split_import_path(value)
@@ -174,6 +180,11 @@ class EnvRunnersConfig:
     )
     num_cpus_per_env_runner: float = option(
         1.0, "CPU slots each runner takes on a worker", check=non_negative_float, change=_ALL_RUNNERS
+    )
+    num_gpus_per_env_runner: float = option(
+        0.0, "the GPU share each runner takes for its policy's inference (fractions: runners share a GPU, "
+        "as Sample Factory's inference workers; at most 1); 0: inference on its CPU", check=_runner_gpus,
+        change=_ALL_RUNNERS,
     )
     custom_resources_per_env_runner: dict = option(  # noqa: RUF009
         {}, 'custom resources each runner takes on a worker, e.g. {"spot": 1} (workers advertise them '

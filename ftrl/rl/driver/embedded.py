@@ -36,10 +36,11 @@ def cluster_custom_resources(config: Any) -> dict[str, float]:
 
 def cluster_gpus(config: Any, visible: list[str] | None = None) -> int:
     """GPUs the job's worker offers: every GPU this machine shows (CUDA_VISIBLE_DEVICES,
-    else the NVIDIA driver) when the job's learners take GPUs, else none. ConfigError
-    when they take more than there are: the learners could never be placed."""
-    lrn = config.learners_cfg
-    need = math.ceil(lrn.num_learners * lrn.num_gpus_per_learner - 1e-9)
+    else the NVIDIA driver) when the job's learners or runners take GPUs, else none.
+    ConfigError when they take more than there are: they could never be placed."""
+    lrn, run = config.learners_cfg, config.env_runners_cfg
+    need = math.ceil(lrn.num_learners * lrn.num_gpus_per_learner
+                     + run.num_env_runners * run.num_gpus_per_env_runner - 1e-9)
     if need <= 0:
         return 0
     visible = visible_gpus() if visible is None else visible
@@ -47,9 +48,10 @@ def cluster_gpus(config: Any, visible: list[str] | None = None) -> int:
         seen = (f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
                 if "CUDA_VISIBLE_DEVICES" in os.environ else str(NVIDIA_PROC_DIR))
         raise ConfigError(
-            f"num_learners={lrn.num_learners} x num_gpus_per_learner={lrn.num_gpus_per_learner:g} "
+            f"num_learners={lrn.num_learners} x num_gpus_per_learner={lrn.num_gpus_per_learner:g} with "
+            f"num_env_runners={run.num_env_runners} x num_gpus_per_env_runner={run.num_gpus_per_env_runner:g} "
             f"needs {need} GPU(s), but this machine shows {len(visible)} (read from {seen}); "
-            "set num_gpus_per_learner=0 to learn on CPUs")
+            "set num_gpus_per_learner=0 and num_gpus_per_env_runner=0 to run on CPUs")
     return len(visible)
 
 

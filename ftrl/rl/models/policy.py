@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from ftrl.rl.models.kinds import model_kind
 from ftrl.rl.models.layout import flat_layout
 from ftrl.rl.space_parts import MASKED_LOGIT
 from ftrl.rl.spaces import SpaceSpec, action_slices, masked_logit_columns
+from ftrl.wire.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -199,11 +201,14 @@ class NumpyPolicy:
 
 
 class TorchPolicy:
-    """The learner's torch model (`build_model`) used for inference (imports torch)."""
+    """The learner's torch model (`build_model`) used for inference (imports torch), on
+    `device` ("cpu", or "cuda" for a runner given a GPU: observations go there as they
+    are, uint8 pixels included, and actions, log-probs and values come back)."""
 
     backend = "torch"
 
-    def __init__(self, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None):
+    def __init__(self, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None,
+                 device: str = "cpu"):
         import torch
 
         from ftrl.rl.models.factory import build_model
@@ -212,8 +217,13 @@ class TorchPolicy:
         if seed is not None:
             torch.manual_seed(seed)
         self.spec = spec
-        self.model = build_model(spec, model)
+        self.device = torch.device(device)
+        self.model = build_model(spec, model).to(self.device)
         self.model.eval()
+
+    def _in(self, array: np.ndarray) -> Any:
+        """A host array as a tensor on the policy's device (no copy on the CPU)."""
+        return self._torch.from_numpy(array).to(self.device, non_blocking=True)
 
     def num_params(self) -> int:
         return self.model.num_params()
@@ -226,12 +236,12 @@ class TorchPolicy:
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         with self._torch.inference_mode():
-            return self.model.value(self._torch.from_numpy(_rows(obs))).numpy()
+            return self.model.value(self._in(_rows(obs))).cpu().numpy()
 
     def act(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         with self._torch.inference_mode():
-            a, lp, v = self.model.act(self._torch.from_numpy(_rows(obs)), explore)
-        return a.numpy(), lp.numpy(), v.numpy()
+            a, lp, v = self.model.act(self._in(_rows(obs)), explore)
+        return a.cpu().numpy(), lp.cpu().numpy(), v.cpu().numpy()
 
     def act_into(self, obs: np.ndarray, explore: bool, actions: np.ndarray, logp: np.ndarray, values: np.ndarray) -> None:
         """`act`, written into the given rows."""
@@ -244,7 +254,7 @@ class TorchPolicy:
         return bool(getattr(self.model, "recurrent", False))
 
     def initial_state(self, batch: int) -> np.ndarray:
-        return self.model.initial_state(batch).numpy()
+        return self.model.initial_state(batch).cpu().numpy()
 
     def act_step(self, obs: np.ndarray, state: np.ndarray, prev_action: np.ndarray, prev_reward: np.ndarray,
                  explore: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -252,19 +262,17 @@ class TorchPolicy:
         t = self._torch
         with t.inference_mode():
             a, lp, v, new_state = self.model.act_step(
-                t.from_numpy(_rows(obs)), t.from_numpy(state),
-                t.from_numpy(np.ascontiguousarray(prev_action)), t.from_numpy(np.ascontiguousarray(prev_reward)),
-                explore)
-        return a.numpy(), lp.numpy(), v.numpy(), new_state.numpy()
+                self._in(_rows(obs)), self._in(np.ascontiguousarray(state)),
+                self._in(np.ascontiguousarray(prev_action)), self._in(np.ascontiguousarray(prev_reward)), explore)
+        return a.cpu().numpy(), lp.cpu().numpy(), v.cpu().numpy(), new_state.cpu().numpy()
 
     def value_step(self, obs: np.ndarray, state: np.ndarray, prev_action: np.ndarray,
                    prev_reward: np.ndarray) -> np.ndarray:
         """V(obs) of every row, from its state."""
-        t = self._torch
-        with t.inference_mode():
-            return self.model.step(t.from_numpy(_rows(obs)), t.from_numpy(state),
-                                   t.from_numpy(np.ascontiguousarray(prev_action)),
-                                   t.from_numpy(np.ascontiguousarray(prev_reward)))[1].numpy()
+        with self._torch.inference_mode():
+            return self.model.step(self._in(_rows(obs)), self._in(np.ascontiguousarray(state)),
+                                   self._in(np.ascontiguousarray(prev_action)),
+                                   self._in(np.ascontiguousarray(prev_reward)))[1].cpu().numpy()
 
 
 def _rows(obs: np.ndarray) -> np.ndarray:
@@ -274,17 +282,34 @@ def _rows(obs: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(obs) if obs.dtype == np.uint8 else np.ascontiguousarray(obs, np.float32)
 
 
-def make_policy(backend: str, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None) -> NumpyPolicy | TorchPolicy:
+def inference_device(gpus: float) -> str:
+    """Where a runner given `gpus` (`num_gpus_per_env_runner`) infers: "cpu" without, else
+    "cuda" (the GPU its worker gave it, cuda:0 of its CUDA_VISIBLE_DEVICES); ConfigError
+    when this process sees no CUDA device."""
+    if not gpus:
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"num_gpus_per_env_runner={gpus:g}, but this runner sees no CUDA device "
+                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); set it to 0 "
+                          "to infer on the CPU")
+    return "cuda"
+
+
+def make_policy(backend: str, spec: SpaceSpec, model: ModelConfig | None = None, seed: int | None = None,
+                device: str = "cpu") -> NumpyPolicy | TorchPolicy:
     """The inference policy for `env_runners(inference_backend=...)`; "numpy" becomes
-    "torch" for a model with no numpy forward (a CNN or a custom model)."""
+    "torch" for a model with no numpy forward (a CNN or a custom model), and on a GPU
+    (`device` "cuda")."""
     model = model or ModelConfig()
     kind = "recurrent" if model.use_lstm else model_kind(spec, model)
-    if backend == "numpy" and kind != "fc":
-        log.info("inference_backend 'numpy' runs only the fully connected model: the %s model "
-                 "infers with torch", kind)
+    if backend == "numpy" and (kind != "fc" or device != "cpu"):
+        log.info("inference_backend 'numpy' runs only the fully connected model on the CPU: the %s model "
+                 "infers with torch on %s", kind, device)
         backend = "torch"
     if backend == "numpy":
         return NumpyPolicy(spec, model, seed)
     if backend == "torch":
-        return TorchPolicy(spec, model, seed)
+        return TorchPolicy(spec, model, seed, device)
     raise ValueError(f"unknown inference backend {backend!r}")

@@ -51,7 +51,7 @@ import numpy as np
 from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
 from ftrl.rl.callbacks import HookCaller, MetricsLogger, build_callbacks
-from ftrl.rl.models.policy import make_policy
+from ftrl.rl.models.policy import inference_device, make_policy
 from ftrl.rl.sample_batch import pack_bytes
 from ftrl.rl.sampling.env_factory import evaluation_env_config, with_render_mode
 from ftrl.rl.sampling.episode_hooks import EpisodeHooks
@@ -165,7 +165,8 @@ class EnvRunner(SubEnvLifecycle):
             # a 1-D Box observation: rows of the right length are assigned directly
             self._row_obs = self.encoder.kind in ("box", "multibinary") and len(self.spec.obs_shape) == 1
             self._obs_dim = self.spec.obs_dim
-            self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed)
+            device = inference_device(run.num_gpus_per_env_runner if self.worker_index > 0 else 0.0)  # placed ones
+            self.policy = make_policy(run.inference_backend, self.spec, cfg.model_config, self._seed, device)
             self._init_recurrent()
             if set_torch_threads and self.policy.backend == "torch":  # also a CNN or custom model's
                 import torch

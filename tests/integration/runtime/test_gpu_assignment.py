@@ -67,6 +67,12 @@ def test_visible_gpus_follow_cuda_visible_devices_else_the_driver(tmp_path):
     assert visible_gpus({}, tmp_path / "no-driver") == []
 
 
+def torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def test_the_embedded_cluster_offers_the_machines_gpus_only_to_gpu_learners():
     def cfg(**learners):
         return PPOConfig().environment("CartPole-v1").learners(**learners)
@@ -76,6 +82,39 @@ def test_the_embedded_cluster_offers_the_machines_gpus_only_to_gpu_learners():
     assert cluster_gpus(cfg(num_learners=1, num_gpus_per_learner=0.5), visible=["0"]) == 1
     with pytest.raises(ftrl.ConfigError, match=r"needs 2 GPU\(s\), but this machine shows 1"):
         cluster_gpus(cfg(num_learners=2, num_gpus_per_learner=1), visible=["0"])
+
+
+def test_runners_given_gpus_count_toward_the_cluster_s_gpus_and_take_a_gpu_share():
+    def cfg(runners: int, gpus: float):
+        return PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=runners,
+                                                                  num_gpus_per_env_runner=gpus)
+
+    assert cluster_gpus(cfg(4, 0.0), visible=["0"]) == 0
+    assert cluster_gpus(cfg(4, 0.25), visible=["0"]) == 1  # four runners share one GPU
+    assert cfg(4, 0.25).env_runner_resources() == {"cpu": 1.0, "gpu": 0.25}
+    with pytest.raises(ftrl.ConfigError, match=r"num_gpus_per_env_runner=0.5 needs 2 GPU\(s\), but this machine"):
+        cluster_gpus(cfg(4, 0.5), visible=["0"])
+    for bad in (1.5, -0.5):
+        with pytest.raises(ftrl.ConfigError, match="num_gpus_per_env_runner"):
+            PPOConfig().env_runners(num_gpus_per_env_runner=bad)
+
+
+@pytest.mark.skipif(torch_cuda(), reason="this machine has a CUDA device")
+def test_a_runner_given_a_gpu_where_there_is_no_cuda_says_so():
+    from ftrl.rl.models.policy import inference_device
+    from ftrl.rl.sampling.env_runner import EnvRunner
+
+    assert inference_device(0.0) == "cpu"
+    with pytest.raises(ftrl.ConfigError, match=r"num_gpus_per_env_runner=0\.5, but this runner sees no CUDA device"):
+        inference_device(0.5)
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_gpus_per_env_runner=0.5)
+    with pytest.raises(ftrl.ConfigError, match="sees no CUDA device"):
+        EnvRunner(config, worker_index=1, set_torch_threads=False)
+    local = EnvRunner(config, worker_index=0, set_torch_threads=False)  # the driver's own: no GPU placed
+    try:
+        assert local.policy.backend == "numpy"
+    finally:
+        local.stop()
 
 
 def test_ftrl_train_with_gpu_learners_on_a_machine_without_enough_gpus_fails_at_once(tmp_path):
