@@ -4,6 +4,7 @@ object, with the Atari definition every run used (`ftrl.rl.sampling.atari.defini
 
     python benchmarks/atari.py [--shapes 1x16 2x8 2x32] [--seconds 60]
     python benchmarks/atari.py --what curve --minutes 30 [--shapes 1x16]   # + results/atari_pong_curve.png
+    python benchmarks/atari.py --what restack     # frame stacks on the wire vs single frames
 
 Per shape: agent steps and env frames (x frame_skip 4) trained per second and per
 CPU-second (this process and every process it started: coordinator, worker, runners,
@@ -108,6 +109,65 @@ def curve(runners: int, envs: int, minutes: float, fragment: int, batch: int, pn
             "game_return_best": max(games) if games else None, "png": str(png), "points": points}
 
 
+def restack(steps: int = 32, envs: int = 8, repeats: int = 20) -> dict:
+    """What sending frame stacks costs beside single frames the learner restacks: one
+    fragment's observations encoded, sent and received over a loopback socket pair, and
+    decoded (ms each), and the learner's restack of single frames into stacks of 4."""
+    import socket
+    import threading
+
+    import numpy as np
+
+    from ftrl.wire import codec
+
+    rng = np.random.default_rng(0)
+    frame = 84 * 84
+    stacked = rng.integers(0, 256, (steps, envs, 4 * frame), dtype=np.uint8)
+    single = rng.integers(0, 256, (steps + 3, envs, frame), dtype=np.uint8)
+
+    def wire(arr: np.ndarray) -> tuple[float, float]:
+        a, b = socket.socketpair()
+        total = codec.encode_parts({"obs": arr}, 1 << 16)[1]
+        buf = bytearray(total)
+
+        def receive() -> None:
+            for _ in range(repeats):
+                view, got = memoryview(buf), 0
+                while got < total:
+                    got += b.recv_into(view[got:])
+
+        thread = threading.Thread(target=receive)
+        thread.start()
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            for part in codec.encode_parts({"obs": arr}, 1 << 16)[0]:
+                a.sendall(part)
+        thread.join()
+        t1 = time.perf_counter()
+        for _ in range(repeats):
+            codec.decode_parts(bytes(buf))
+        t2 = time.perf_counter()
+        a.close()
+        b.close()
+        return (t1 - t0) / repeats * 1e3, (t2 - t1) / repeats * 1e3
+
+    def restacked() -> np.ndarray:
+        out = np.empty((steps, envs, 4, frame), np.uint8)
+        for k in range(4):
+            out[:, :, k] = single[k:k + steps]
+        return out.reshape(steps, envs, -1)
+
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        restacked()
+    restack_ms = (time.perf_counter() - t0) / repeats * 1e3
+    (s_send, s_decode), (f_send, f_decode) = wire(stacked), wire(single)
+    return {"fragment": f"{steps} x {envs}", "stacked_bytes": stacked.nbytes, "single_bytes": single.nbytes,
+            "stacked_send_receive_ms": round(s_send, 2), "stacked_decode_ms": round(s_decode, 2),
+            "single_send_receive_ms": round(f_send, 2), "single_decode_ms": round(f_decode, 2),
+            "restack_ms": round(restack_ms, 2)}
+
+
 def _plot(points: list[dict], png: Path) -> None:
     import matplotlib
 
@@ -132,13 +192,16 @@ def _plot(points: list[dict], png: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--what", choices=["throughput", "curve"], default="throughput")
+    parser.add_argument("--what", choices=["throughput", "curve", "restack"], default="throughput")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--shapes", nargs="+", default=["1x16", "2x8", "2x32"])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--fragment", type=int, default=32)
     parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args()
+    if args.what == "restack":
+        emit({"benchmark": "atari_restack", **restack()})
+        return
     if args.what == "curve":
         runners, envs = (int(x) for x in args.shapes[0].split("x"))
         png = REPO / "benchmarks" / "results" / "atari_pong_curve.png"
