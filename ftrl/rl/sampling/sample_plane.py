@@ -226,7 +226,9 @@ class SampleServer:
                         send_parts(conn, ahead)
                     else:
                         send_parts(conn, self._answer(request))
-                    ahead = self._answer(request) if isinstance(request, Request) and request.prefetch else None
+                    ahead = None
+                    if isinstance(request, Request) and request.prefetch and not self._stop.is_set():
+                        ahead = self._answer(request)  # the next fragment, sampled now
                     idle_since, polled = time.perf_counter(), False
         except (OSError, EOFError, ValueError, struct.error) as e:
             log.debug("sample channel ended: %s", e)
@@ -268,9 +270,10 @@ class SampleServer:
             request = codec.decode(payload, codec.SMALL_LIMITS)
             if not isinstance(request, dict) or request.get("method") not in METHODS:
                 raise InvalidArgumentError("a sample channel request is {method: 'sample', kwargs, expect_version}")
-            kwargs = dict(request.get("kwargs") or {})
-            if not all(isinstance(k, str) for k in kwargs):
+            kwargs = request.get("kwargs") or {}
+            if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
                 raise InvalidArgumentError("kwargs must be a map with str keys")
+            kwargs = dict(kwargs)
             prefetch = bool(kwargs.pop("prefetch", False))
             expect = request.get("expect_version")
             return Request(kwargs, None if prefetch or expect is None else int(expect), prefetch)
