@@ -75,6 +75,18 @@ def pack_bytes(fragment: SampleBatch, byte_columns: Sequence[int]) -> SampleBatc
     return {**fragment, "obs": obs[..., keep], BYTES_KEY: obs[..., ~keep].astype(np.uint8)}
 
 
+def stack_fragments(fragments: Sequence[SampleBatch | None]) -> SampleBatch:
+    """Fragments of the same length and sub-envs side by side along the env axis: [T,
+    k * E, ...] (per-env keys [k * E, ...]). One is returned as it is."""
+    if len(fragments) == 1:
+        assert fragments[0] is not None
+        return fragments[0]
+    first = fragments[0]
+    assert first is not None and all(f is not None for f in fragments)
+    return {key: np.concatenate([f[key] for f in fragments], axis=0 if key in PER_ENV_KEYS else 1)  # type: ignore[index]
+            for key in first}
+
+
 def env_steps(fragment: Mapping[str, np.ndarray]) -> int:
     """Number of env steps in a time-major fragment (T * E)."""
     rewards = fragment["rewards"]

@@ -62,6 +62,11 @@ __all__ = ["IMPALA", "IMPALAConfig", "IMPALALearner", "IMPALATrainingConfig", "e
 
 log = logging.getLogger(__name__)
 
+#: a request to a runner asks for whole fragments of at least this many env steps in all:
+#: a message per 20- or 32-step fragment of one sub-env cost more than its sampling
+#: (`EnvRunner.sample(fragments=k)`; benchmarks/README.md, async_throughput)
+MIN_STEPS_PER_REQUEST = 128
+
 #: the longest reporting window when no update happens in it (seconds)
 STALLED_WINDOW_S = 30.0
 
@@ -373,8 +378,12 @@ class IMPALA(Algorithm):
             assert group is not None
             if not group.healthy():
                 group.wait_for_healthy()
-            # at the version just synced; each runner samples its next fragment ahead
-            results = group.harvest(prefetch=self.config.env_runners_cfg.sample_ahead).results
+            # at the version just synced; each runner samples its next fragment ahead, and
+            # short fragments of few sub-envs come several to a reply (fewer messages)
+            run = self.config.env_runners_cfg
+            fragment_steps = self.config.get_rollout_fragment_length() * run.num_envs_per_env_runner
+            fragments = max(1, -(-MIN_STEPS_PER_REQUEST // fragment_steps))
+            results = group.harvest(prefetch=run.sample_ahead, fragments=fragments).results
             if not results:
                 group.wait_any(0.05)
         for result in results:

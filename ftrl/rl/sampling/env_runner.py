@@ -52,7 +52,7 @@ from ftrl.config import AlgorithmConfig
 from ftrl.config.registry import config_from_dict
 from ftrl.rl.callbacks import HookCaller, MetricsLogger, build_callbacks
 from ftrl.rl.models.policy import inference_device, make_policy
-from ftrl.rl.sample_batch import pack_bytes
+from ftrl.rl.sample_batch import pack_bytes, stack_fragments
 from ftrl.rl.sampling.env_factory import evaluation_env_config, with_render_mode
 from ftrl.rl.sampling.episode_hooks import EpisodeHooks
 from ftrl.rl.sampling.filters import NoFilter, make_filter
@@ -220,8 +220,7 @@ class EnvRunner(SubEnvLifecycle):
     # ------------------------------------------------------------------ sampling
 
     def _run(self, steps: int, explore: bool, record: bool, max_episodes: int | None = None) -> dict[str, np.ndarray] | None:
-        """`_steps` with the hung-env watchdog armed while it runs (on the newest weights)."""
-        self._load_waiting_weights()
+        """`_steps` with the hung-env watchdog armed while it runs."""
         wd = self._watchdog
         wd.begin("env step")
         try:
@@ -428,34 +427,39 @@ class EnvRunner(SubEnvLifecycle):
         with self._lock:
             self.fragment_length = steps
 
-    def sample(self, explore: bool | None = None, fragment_length: int | None = None) -> dict[str, Any]:
+    def sample(self, explore: bool | None = None, fragment_length: int | None = None,
+               fragments: int = 1) -> dict[str, Any]:
         """Step every sub-env `rollout_fragment_length` times (`fragment_length`: the
-        driver's current length, which this runner keeps from now on).
+        driver's current length, which this runner keeps from now on); `fragments` times
+        over with the same weights, side by side along the env axis ([T, fragments * E]:
+        columns are independent to the learner), so short fragments travel fewer at a time.
 
         Returns {"batch": fragment (see ftrl.rl.sample_batch), "episodes": {"returns",
         "lengths"} of episodes finished during this call (with callbacks that log custom
-        metrics, "custom": {name: a value per episode, NaN where not logged}), "env_steps":
-        T*E, "weights_version", "filter_delta", "num_sub_env_restarts" (cumulative),
-        "sub_env_restarts" (during this call), "worker_index", "sample_time_s"}; with
-        callbacks also "callback_counts" (errors and dropped values during this call) and
-        "sample_metrics" ({name: [value, reduce]} logged in `on_sample_end`).
-        """
+        metrics, "custom": {name: a value per episode, NaN where not logged}), "env_steps",
+        "weights_version", "filter_delta", "num_sub_env_restarts" (cumulative),
+        "sub_env_restarts" (during this call), "worker_index", "sample_time_s"}; with callbacks
+        also "callback_counts" (errors, dropped values) and "sample_metrics" (`on_sample_end`'s)."""
         if fragment_length is not None and fragment_length != self.fragment_length:
             self.set_fragment_length(fragment_length)
+        if not isinstance(fragments, int) or isinstance(fragments, bool) or not 1 <= fragments <= 4096:
+            raise InvalidArgumentError(f"fragments must be an int in 1..4096, got {fragments!r}")
         with self._lock:
             t0 = time.perf_counter()
             restarts_before = self.num_sub_env_restarts
+            self._load_waiting_weights()  # (not between the fragments: one version for all)
+            explore = self.explore if explore is None else explore
             try:
-                batch = self._run(self.fragment_length, self.explore if explore is None else explore, record=True)
+                batch = stack_fragments([self._run(self.fragment_length, explore, record=True)
+                                         for _ in range(fragments)])
             except SubEnvError:
                 self._take_episodes()
                 raise
             self.num_samples += 1
-            assert batch is not None
             result = {
                 "batch": batch,
                 "episodes": self._take_episodes(),
-                "env_steps": self.fragment_length * self.num_envs,
+                "env_steps": self.fragment_length * self.num_envs * fragments,
                 "weights_version": self.weights_version,
                 "filter_delta": self.filter.get_delta(flush=True),
                 "num_sub_env_restarts": self.num_sub_env_restarts,
@@ -501,6 +505,7 @@ class EnvRunner(SubEnvLifecycle):
         if (num_episodes is None) == (num_timesteps is None):
             raise ValueError("evaluate() needs exactly one of num_episodes or num_timesteps")
         with self._lock:
+            self._load_waiting_weights()
             self._take_episodes()
             self._needs_reset = True
             explore = self.explore if explore is None else explore

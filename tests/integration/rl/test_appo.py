@@ -74,6 +74,25 @@ def test_appo_runners_sampling_when_asked_learn_too(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_appo_with_one_sub_env_and_20_step_fragments_gets_several_to_a_reply(tmp_path):
+    """IMPALA's unroll of 20 with one sub-env a runner: 7 fragments to a request
+    (MIN_STEPS_PER_REQUEST 128), side by side; a runner SIGKILLed meanwhile loses its
+    request's fragments whole (counted), never part of them."""
+    out, job = tmp_path / "run", "a20"
+    with _train(out, job, "--num-env-runners", "2", "--set", "num_envs_per_env_runner=1",
+                "--set", "rollout_fragment_length=20", "--stop-reward", "100", "--stop-timesteps", "400000") as proc:
+        wait_until(lambda: (out / "metrics.jsonl").exists(), timeout=120, what="the first row")
+        kills = sigkill_a_runner_every_second(proc, job, 3)
+        _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    rows = _rows(out)
+    assert rows[-1]["episode_return_mean"] >= 100 and kills >= 1
+    assert rows[-1]["num_samples_lost"] <= kills
+    # every sample is whole: 7 fragments x 20 steps x 1 sub-env
+    assert all(r["env_steps_sampled"] % 140 == 0 for r in rows), [r["env_steps_sampled"] for r in rows]
+
+
+@pytest.mark.timeout(300)
 def test_killed_appo_driver_reattaches_and_goes_on(tmp_path):
     out, job = tmp_path / "run", "ad"
     with _train(out, job, "--num-env-runners", "2", "--set", "checkpoint_interval=3",
