@@ -88,10 +88,9 @@ def main() -> None:
     os.chdir(tmp)
 
     from sample_factory.algo.utils.misc import LEARNER_ENV_STEPS, ExperimentStatus
+    from sample_factory.envs.env_utils import register_env
     from sample_factory.train import make_runner
     from sf_examples.atari.train_atari import parse_atari_args, register_atari_components
-
-    from sample_factory.envs.env_utils import register_env
 
     register_atari_components()
     register_env("atari_pong", make_pong)
