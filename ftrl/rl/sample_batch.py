@@ -3,7 +3,8 @@
 A *fragment* is what one EnvRunner.sample() returns: time-major arrays of shape
 [T, E, ...] (T = rollout_fragment_length steps, E = sub-envs) under these keys:
 
-    obs           [T, E, *obs_shape] float32   observation the action was chosen on
+    obs           [T, E, D] float32 or uint8   observation the action was chosen on, a flat row
+                                               (uint8: pixels, a byte Box with no filter)
     actions       [T, E, *act_shape]           int64 (Discrete) or float32 (Box, unclipped)
     rewards       [T, E] float32
     terminateds   [T, E] bool                  episode ended in a terminal state

@@ -286,6 +286,7 @@ _BAD_BY_CHECK = {
     sections._conv_filters: [[32, 8]],
     sections._import_path: "no_colon",
     sections.custom_resources: {"spot": 0},
+    sections._runner_gpus: 1.5,
 }
 
 

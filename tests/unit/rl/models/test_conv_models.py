@@ -129,5 +129,7 @@ def test_the_runners_torch_forward_equals_the_learners(conv_type):
     actions, logp, values = policy.act(obs)
     with torch.no_grad():
         lp, _, v = learner.model.evaluate(torch.from_numpy(obs), torch.from_numpy(actions))
-    np.testing.assert_allclose(lp.numpy(), logp, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(v.numpy(), values, rtol=0, atol=1e-6)
+    # equal up to float32 rounding: oneDNN picks its convolution kernel (and so the order
+    # of its sums) by the thread count, which earlier tests of a run may have changed
+    np.testing.assert_allclose(lp.numpy(), logp, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(v.numpy(), values, rtol=1e-6, atol=1e-6)
