@@ -63,27 +63,32 @@ def cpu_seconds() -> float:
     return total
 
 
+def train_window(trainer, seconds: float) -> tuple[list[dict], float, float, int, int]:
+    """Two iterations of warm-up, then rows for `seconds`: (rows, wall s, CPU s of the
+    process tree, env steps trained, env steps sampled) over the window."""
+    for _ in range(2):
+        trainer.train()
+    trained0, sampled0 = trainer.env_steps_trained, trainer.env_steps_sampled
+    cpu0, t0 = cpu_seconds(), time.monotonic()
+    rows = []
+    while time.monotonic() - t0 < seconds:
+        rows.append(trainer.train())
+    wall, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+    return rows, wall, cpu, trainer.env_steps_trained - trained0, trainer.env_steps_sampled - sampled0
+
+
 def measure(algo: str, runners: int, envs: int, seconds: float, fragment: int | str = "auto",
             sample_ahead: bool = True) -> dict:
     t_build = time.monotonic()
     trainer = config(algo, runners, envs, fragment, sample_ahead).build(job_name=f"tp-{algo.lower()}-{runners}x{envs}")
     try:
         startup_s = time.monotonic() - t_build
-        for _ in range(2):
-            trainer.train()
-        trained0, sampled0 = trainer.env_steps_trained, trainer.env_steps_sampled
-        cpu0, t0 = cpu_seconds(), time.monotonic()
-        rows = []
-        while time.monotonic() - t0 < seconds:
-            rows.append(trainer.train())
-        wall = time.monotonic() - t0
-        cpu = cpu_seconds() - cpu0
-        trained = trainer.env_steps_trained - trained0
+        rows, wall, cpu, trained, sampled = train_window(trainer, seconds)
         out = {
             "algo": algo, "runners": runners, "envs_per_runner": envs, "startup_s": round(startup_s, 2),
             "rollout_fragment_length": trainer.config.get_rollout_fragment_length(),
             "window_s": round(wall, 2), "env_steps_trained": trained,
-            "env_steps_sampled": trainer.env_steps_sampled - sampled0,
+            "env_steps_sampled": sampled,
             "env_steps_trained_per_s": round(trained / wall, 1),
             "env_steps_trained_per_cpu_s": round(trained / cpu, 1) if cpu > 0 else None,
             "cpu_s": round(cpu, 2),

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.async_throughput import cpu_seconds  # noqa: E402
+from benchmarks.async_throughput import train_window  # noqa: E402
 from benchmarks.common import emit  # noqa: E402
 from ftrl.config import APPOConfig  # noqa: E402
 from ftrl.rl.sampling.atari import definition  # noqa: E402
@@ -54,16 +54,7 @@ def measure(runners: int, envs: int, seconds: float, fragment: int, batch: int) 
     algo = config(runners, envs, fragment, batch).build(job_name=f"atari-{runners}x{envs}")
     try:
         startup_s = time.monotonic() - t_build
-        for _ in range(2):
-            algo.train()
-        trained0 = algo.env_steps_trained
-        cpu0, t0 = cpu_seconds(), time.monotonic()
-        rows = []
-        while time.monotonic() - t0 < seconds:
-            rows.append(algo.train())
-        wall = time.monotonic() - t0
-        cpu = cpu_seconds() - cpu0
-        steps = algo.env_steps_trained - trained0
+        rows, wall, cpu, steps, _ = train_window(algo, seconds)
         lags = [r["policy_lag_mean"] for r in rows if r.get("policy_lag_mean") is not None]
         learn_s = [r["learner"]["learn_time_s"] for r in rows if r.get("learner", {}).get("learn_time_s")]
         return {

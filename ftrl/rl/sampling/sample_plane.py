@@ -222,13 +222,11 @@ class SampleServer:
                     request = self._decode(payload)
                     if not isinstance(request, Request):
                         send_parts(conn, request)  # a malformed request's error
-                    elif request.prefetch and ahead is not None:
-                        send_parts(conn, ahead)
+                        ahead = None
                     else:
-                        send_parts(conn, self._answer(request))
-                    ahead = None
-                    if isinstance(request, Request) and request.prefetch and not self._stop.is_set():
-                        ahead = self._answer(request)  # the next fragment, sampled now
+                        send_parts(conn, ahead if request.prefetch and ahead is not None else self._answer(request))
+                        # the next fragment, sampled now (once the server stops, no more)
+                        ahead = self._answer(request) if request.prefetch and not self._stop.is_set() else None
                     idle_since, polled = time.perf_counter(), False
         except (OSError, EOFError, ValueError, struct.error) as e:
             log.debug("sample channel ended: %s", e)
