@@ -16,8 +16,8 @@ learner's update loop, the driver's data path) and ftrl/rl/driver/async_learner.
 The target network is the learner's policy of a few updates ago: updated every
 `target_network_update_freq` updates as target = tau * current + (1 - tau) * target.
 V-trace corrects from the behaviour policy (the runners') to the target policy; the
-surrogate's ratio is pi / pi_target, with the importance weight pi_target / mu clipped
-to [0, 2] (RLlib's). The KL term is estimated on the batch's actions
+surrogate's ratio is pi / pi_target, computed as mu / pi_target clipped to [0, 2] times
+pi / mu (RLlib's). The KL term is estimated on the batch's actions
 (E[(r - 1) - log r], r = pi / pi_target).
 """
 
@@ -46,9 +46,10 @@ def clipped_surrogate_term(logp: torch.Tensor, behaviour_logp: torch.Tensor, tar
                            advantages: torch.Tensor, mask: torch.Tensor,
                            clip_param: float) -> tuple[torch.Tensor, torch.Tensor]:
     """-min(r A, clip(r, 1 - eps, 1 + eps) A) summed over the valid steps, with
-    r = pi / pi_target times the importance weight pi_target / mu clipped to [0, 2];
-    and how many valid steps had r outside [1 - eps, 1 + eps] (not differentiated)."""
-    is_ratio = torch.exp(target_logp - behaviour_logp).clamp(0.0, 2.0)
+    r = pi / pi_target, computed as (mu / pi_target clipped to [0, 2]) * (pi / mu) (RLlib's:
+    a stale behaviour policy mu far below the target caps r); and how many valid steps had r
+    outside [1 - eps, 1 + eps] (not differentiated)."""
+    is_ratio = torch.exp(behaviour_logp - target_logp).clamp(0.0, 2.0)
     ratio = is_ratio * torch.exp(logp - behaviour_logp)
     surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip_param, 1.0 + clip_param) * advantages)
     with torch.no_grad():

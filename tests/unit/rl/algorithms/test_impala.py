@@ -8,7 +8,7 @@ import torch
 
 import ftrl
 from ftrl.config import APPOConfig, IMPALAConfig, config_class, load_job
-from ftrl.rl.algorithms.appo import APPOLearner
+from ftrl.rl.algorithms.appo import APPOLearner, clipped_surrogate_term
 from ftrl.rl.algorithms.impala import IMPALALearner, column_subsets, steps_per_epoch, time_major
 from ftrl.rl.learning.flat_rmsprop import FlatRMSProp
 from ftrl.rl.sampling.env_runner import EnvRunner
@@ -108,6 +108,26 @@ def test_a_summed_loss_is_the_mean_loss_times_the_steps_and_is_clipped_as_a_sum(
     # TF's RMSProp, its average starting at 1: the first step is at most lr * clipped gradient / sqrt(~1)
     assert 0 < moved <= cfg.training_cfg.lr * 40.0 / np.sqrt(0.99) + 1e-6
     assert "loss_reduction" in ftrl.config.live_keys("IMPALA")
+
+
+def test_appo_s_surrogate_ratio_is_pi_over_the_target_whatever_the_behaviour_policy():
+    """r = pi / pi_target: a stale behaviour policy mu moves neither r nor what is clipped,
+    until mu / pi_target passes 2 (the importance weight's cap, RLlib's)."""
+    target = torch.log(torch.tensor([[0.2, 0.5], [0.4, 0.3]]))
+    advantages = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
+    mask = torch.ones(2, 2)
+    stale = target + torch.tensor([[-0.5, 0.4], [-1.5, 0.6]])  # mu / pi_target in [0.22, 1.83]
+    loss, clipped = clipped_surrogate_term(target.clone(), stale, target, advantages, mask, clip_param=0.3)
+    assert float(clipped) == 0.0 and float(loss) == pytest.approx(-float(advantages.sum()), rel=1e-6)
+    moved = target + 0.05  # pi / pi_target = e^0.05, inside the clip range
+    loss, clipped = clipped_surrogate_term(moved, stale, target, advantages, mask, clip_param=0.3)
+    assert float(clipped) == 0.0
+    assert float(loss) == pytest.approx(-float(np.exp(0.05) * advantages.sum()), rel=1e-5)
+    far = target + 1.0  # mu / pi_target = e > 2: capped, so r = 2 pi / mu
+    loss, clipped = clipped_surrogate_term(target.clone(), far, target, advantages, mask, clip_param=0.3)
+    r = 2.0 * np.exp(-1.0)  # 0.74, inside [0.7, 1.3]
+    assert float(clipped) == 0.0
+    assert float(loss) == pytest.approx(-float(r * advantages.sum()), rel=1e-5)
 
 
 @pytest.mark.parametrize("opt_type", ["adam", "rmsprop", "rmsprop_tf"])
