@@ -194,8 +194,10 @@ def _register_ale() -> None:
     gym.register_envs(ale_py)
 
 
-def make_atari(env_id: str, env_config: dict | None = None) -> gym.Env:
-    """The ALE env `env_id` with the standard wrappers (see the module docstring)."""
+def make_atari(env_id: str, env_config: dict | None = None, max_episode_steps: int | None = None) -> gym.Env:
+    """The ALE env `env_id` with the standard wrappers (see the module docstring);
+    `max_episode_steps`: agent steps a game at most, below episodic life (a cut game is
+    over, so the next reset starts a new one, not the next life)."""
     config = {**DEFAULTS, **(env_config or {})}
     options = {k: config.pop(k) for k in DEFAULTS}
     if config.get("frameskip", 1) != 1:
@@ -211,6 +213,8 @@ def make_atari(env_id: str, env_config: dict | None = None) -> gym.Env:
     except gym.error.DependencyNotInstalled as e:
         env.close()
         raise ConfigError(f"Atari preprocessing needs opencv: pip install 'ftrl[atari]' ({e})") from None
+    if max_episode_steps is not None:
+        env = gym.wrappers.TimeLimit(env, int(max_episode_steps))
     env = GameStats(env)
     if options["episodic_life"]:
         env = EpisodicLife(env)

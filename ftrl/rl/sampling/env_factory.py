@@ -14,6 +14,8 @@ close ids).
 `max_episode_steps` (`environment(max_episode_steps=N)`, gymnasium's name; RLlib's old
 `horizon`) puts a time limit on any env: the smaller of it and a registered limit wins;
 the runners bootstrap the cut episode from its last observation as for any truncation.
+On an Atari game the limit counts the game's agent steps over all its lives (as ALE's own
+frame cap), so a cut game starts over at the next reset.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def make_env(env: str, env_config: dict | None = None, *, context: EnvContext | 
     creator = resolve_creator(env) if ale_id is None else None
     try:
         if ale_id is not None:
-            instance = make_atari(ale_id, dict(env_config))
+            instance = make_atari(ale_id, dict(env_config), max_episode_steps)
         elif creator is not None:
             instance = creator(env_config)
         else:
@@ -106,7 +108,7 @@ def make_env(env: str, env_config: dict | None = None, *, context: EnvContext | 
             f"environment creator for {env!r} returned {type(instance).__name__}, "
             "not a gymnasium.Env"
         )
-    if max_episode_steps is not None and (ale_id is not None or creator is not None):
+    if max_episode_steps is not None and creator is not None:
         instance = gym.wrappers.TimeLimit(instance, int(max_episode_steps))  # an inner, smaller limit cuts first
     return instance
 

@@ -81,6 +81,31 @@ def test_a_lost_life_ends_the_training_episode_but_not_the_game():
         env.close()
 
 
+def _step_until_the_end(env: gym.Env, limit: int) -> tuple[int, bool, bool]:
+    """NOOPs until the episode ends: (steps taken, terminated, truncated)."""
+    for steps in range(1, limit + 1):
+        *_, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            return steps, terminated, truncated
+    return limit, False, False
+
+
+def test_a_time_limit_ends_the_game_so_the_next_reset_starts_a_new_one():
+    """max_episode_steps on Atari counts the game's steps over its lives; a cut game is
+    over (episodic life resets it, not the next life) and its whole score is counted."""
+    env = make_env("atari:ALE/Breakout-v5", {"noop_max": 0, "fire_reset": True}, max_episode_steps=10)
+    try:
+        life = next(w for w in _iter_wrappers(env) if isinstance(w, EpisodicLife))
+        env.reset(seed=0)
+        assert _step_until_the_end(env, 40) == (10 - 2, False, True)  # fire on reset took two steps
+        assert life.game_over and life.lives == 5
+        env.reset()
+        assert life.lives == 5 and not life.game_over
+        assert _step_until_the_end(env, 40) == (10 - 2, False, True)  # counted again from the new game's start
+    finally:
+        env.close()
+
+
 def _iter_wrappers(env: gym.Env):
     while isinstance(env, gym.Wrapper):
         yield env
