@@ -99,7 +99,7 @@ class APPOLearner(IMPALALearner):
         torch.nn.utils.vector_to_parameters(self._target_flat, self.target_model.parameters())
         self._target_views()
         self.kl_coeff = float(self.hp.kl_coeff)
-        self._kl_since_target = 0.0
+        self._kl_since_target = [0.0, 0.0]  # the KL summed over the valid steps, and their count
 
     def _target_views(self) -> None:
         """Make the target parameters views of one flat tensor (one copy per update)."""
@@ -111,7 +111,8 @@ class APPOLearner(IMPALALearner):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         loss, stats = appo_loss(self.model, self.target_model, batch, self.hp, self.kl_coeff)
-        self._kl_since_target += float(stats["kl"])
+        self._kl_since_target[0] += float(stats["kl"])
+        self._kl_since_target[1] += float(batch["valid"].sum())
         return loss, stats
 
     def after_update(self) -> None:
@@ -123,13 +124,23 @@ class APPOLearner(IMPALALearner):
                 self._target_flat.copy_(self._flat.data)
             else:
                 self._target_flat.lerp_(self._flat.data, tau)
-        if self.hp.use_kl_loss:  # RLlib's rule, on the mean KL since the last target update
-            kl = self._kl_since_target / max(1, self.hp.target_network_update_freq)
+        if self.hp.use_kl_loss:  # RLlib's rule, on the mean KL a step since the last target update
+            kl = self._mean_kl_since_target()
             if kl > 2.0 * self.hp.kl_target:
                 self.kl_coeff *= 1.5
             elif kl < 0.5 * self.hp.kl_target:
                 self.kl_coeff *= 0.5
-        self._kl_since_target = 0.0
+        self._kl_since_target = [0.0, 0.0]
+
+    def _mean_kl_since_target(self) -> float:
+        """The KL per valid step since the last target update: over every rank's steps in
+        a learner mesh (every rank calls this at the same update), so all adapt alike."""
+        kl_sum, steps = self._kl_since_target
+        if self.allreduce is not None:
+            both = torch.tensor([kl_sum, steps], dtype=torch.float64, device=self.device)
+            self.allreduce(both)
+            kl_sum, steps = float(both[0]), float(both[1])
+        return kl_sum / steps if steps > 0 else 0.0
 
     def update(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         out = super().update(*args, **kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -184,6 +186,42 @@ def test_appo_target_network_follows_every_freq_updates_and_travels_in_the_state
     assert twin.digest() == learner.digest()
     # a mesh joiner gets the target network and the KL coefficient with the rest
     assert len(learner.state_tensors()) == 4 and learner.counters_tensor().numel() == 4
+
+
+@pytest.mark.parametrize("times_the_kl,expected", [(20.0, 0.15), (0.1, 0.45)])
+def test_appo_tunes_its_kl_coefficient_on_the_kl_per_step(times_the_kl, expected):
+    """RLlib's rule on the mean KL a step since the last target update (not the KL summed
+    over the batches): a target 20x the mean of the first two updates halves the coefficient
+    (the third update's KL, ~4x the second's, stays below; the sum, ~128x the
+    mean, would have grown it), a target a tenth of it grows it by 1.5."""
+    cfg = _config(APPOConfig, target_network_update_freq=3, use_kl_loss=True, kl_coeff=0.3, lr=1e-3, seed=1)
+    learner = APPOLearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+    frags = _fragments(cfg, learner)
+    kls = [learner.update(frags)["kl"], learner.update(frags)["kl"]]
+    assert kls[0] == 0.0 < kls[1]  # the first update's policy is the target
+    mean = learner._mean_kl_since_target()
+    assert mean == pytest.approx(sum(kls) / 2, rel=1e-6)  # per valid step, over both updates
+    learner.hp = dataclasses.replace(learner.hp, kl_target=times_the_kl * mean)
+    kls.append(learner.update(frags)["kl"])
+    assert learner._kl_since_target == [0.0, 0.0]  # the target update started a new count
+    assert learner.kl_coeff == pytest.approx(expected)
+
+
+def test_appo_s_kl_in_a_learner_mesh_is_every_rank_s_steps():
+    """Each rank adapts on the KL of all ranks' steps (the all-reduced sum and count), so the
+    coefficients stay equal across a mesh."""
+    cfg = _config(APPOConfig, target_network_update_freq=1, use_kl_loss=True, kl_coeff=0.3, kl_target=0.01, seed=1)
+    learner = APPOLearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
+    learner._kl_since_target = [0.0, 100.0]  # this rank: no KL over 100 steps
+    other_rank = torch.tensor([3.0, 100.0], dtype=torch.float64)  # the other: 0.03 a step
+
+    def allreduce(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.add_(other_rank)
+
+    learner.allreduce = allreduce
+    assert learner._mean_kl_since_target() == pytest.approx(3.0 / 200.0)  # 0.015: within [0.005, 0.02]
+    learner.after_update()
+    assert learner.kl_coeff == pytest.approx(0.3)  # alone, this rank's 0 would have halved it
 
 
 def test_appo_snapshot_restores_the_target_network():
