@@ -1,8 +1,11 @@
 """Atari smoke run: PPO with the default CNN on Pong, on the CPU, a few hundred env steps,
-sampling in the driver and then on a remote runner (which infers with torch by itself)."""
+sampling in the driver and then on a remote runner (which infers with torch by itself);
+APPO's CNN runner SIGKILLed mid-sampling and back with the current weights."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import numpy as np
@@ -13,6 +16,7 @@ pytest.importorskip("cv2", reason="Atari preprocessing needs opencv: pip install
 
 from ftrl.config import PPOConfig
 from ftrl.rl.models.cnn import ConvActorCritic
+from tests.integration.rl.test_train_driver import _actors
 
 
 def _config(num_env_runners: int) -> PPOConfig:
@@ -65,6 +69,42 @@ def test_appo_trains_a_cnn_on_pong_from_a_remote_runner(make_cluster):
         assert rows[-1]["env_steps_trained"] >= 3 * 128
         _, after = algo.get_weights()
         assert np.isfinite(after).all() and not np.array_equal(after, before)
+    finally:
+        algo.stop()
+        client.close()
+
+
+def test_a_sigkilled_cnn_runner_comes_back_with_the_current_weights(make_cluster):
+    """A runner SIGKILLed while it samples Pong (it samples ahead, so always) is restarted
+    and samples with the learner's current weights: with max_policy_lag 4 and the learner
+    10+ updates in, a runner back on older weights would have its fragments dropped as stale."""
+    from ftrl.config import APPOConfig
+
+    client = make_cluster(slots=3).client()
+    config = (APPOConfig().environment("atari:ALE/Pong-v5")
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=2, rollout_fragment_length=32)
+              .training(train_batch_size=128, max_policy_lag=4)
+              .reporting(min_time_s_per_iteration=0.0).debugging(seed=0))
+    algo = config.build(client=client, job_name="pong-kill")
+    try:
+        deadline = time.monotonic() + 120
+        while algo.learner_version < 10 and time.monotonic() < deadline:
+            algo.train()
+        (name, pid), = [(n, p) for n, p in _actors("pong-kill").items() if "/env_runner/" in n]
+        version_at_kill = algo.learner_version
+        os.kill(pid, signal.SIGKILL)
+        rows = []
+        while time.monotonic() < deadline and not (rows and rows[-1]["num_env_runner_restarts"] >= 1):
+            rows.append(algo.train())
+        assert rows and rows[-1]["num_env_runner_restarts"] == 1
+        dropped = rows[-1]["num_samples_dropped_stale"]
+        trained = algo.env_steps_trained
+        while algo.env_steps_trained < trained + 4 * 128 and time.monotonic() < deadline:
+            rows.append(algo.train())
+        assert algo.env_steps_trained >= trained + 4 * 128  # the new runner's fragments were used
+        assert rows[-1]["num_samples_dropped_stale"] == dropped  # none of them stale
+        assert algo.learner_version >= version_at_kill + 4
+        assert _actors("pong-kill")[name] != pid
     finally:
         algo.stop()
         client.close()
