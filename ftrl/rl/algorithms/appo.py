@@ -64,15 +64,16 @@ def kl_term(logp: torch.Tensor, target_logp: torch.Tensor, mask: torch.Tensor) -
     return (((log_r.exp() - 1.0) - log_r) * mask).sum()
 
 
-def appo_loss(model: torch.nn.Module, target_model: torch.nn.Module, batch: dict[str, torch.Tensor],
+def appo_loss(model: torch.nn.Module, target_model: torch.nn.Module | None, batch: dict[str, torch.Tensor],
               hp: APPOTrainingConfig, kl_coeff: float) -> tuple[torch.Tensor, dict[str, Any]]:
     """APPO's loss of one [T, B] batch, summed over valid steps: the clipped surrogate on
     V-trace advantages (corrected to the target policy) + vf_loss_coeff * the value term
-    - entropy_coeff * the entropy term (+ kl_coeff * the KL term); and its statistics."""
-    with torch.no_grad():
-        target_logp = evaluate_time_major(target_model, batch)[0]
+    - entropy_coeff * the entropy term (+ kl_coeff * the KL term); and its statistics.
+    `target_model` None: the target has the model's weights (just copied), so its
+    log-probabilities are the model's own, without a second forward pass."""
     logp, entropy, values = evaluate_time_major(model, batch)
     with torch.no_grad():
+        target_logp = logp.detach() if target_model is None else evaluate_time_major(target_model, batch)[0]
         vs, pg_adv = vtrace_targets(batch, values.detach(), target_logp, hp)
     mask = batch["valid"].to(values.dtype)
     vf_loss = value_term(values, vs, mask)
@@ -100,6 +101,10 @@ class APPOLearner(IMPALALearner):
         self._target_views()
         self.kl_coeff = float(self.hp.kl_coeff)
         self._kl_since_target = [0.0, 0.0]  # the KL summed over the valid steps, and their count
+        # a model whose forward is the same in train mode (no dropout, no batch norm) with
+        # the target's weights gives the target's log-probabilities itself
+        train_mode_differs = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+        self._forward_is_pure = not any(isinstance(m, train_mode_differs) for m in self.model.modules())
 
     def _target_views(self) -> None:
         """Make the target parameters views of one flat tensor (one copy per update)."""
@@ -110,7 +115,8 @@ class APPOLearner(IMPALALearner):
             offset += n
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        loss, stats = appo_loss(self.model, self.target_model, batch, self.hp, self.kl_coeff)
+        same = self._forward_is_pure and torch.equal(self._target_flat, self._flat.data)
+        loss, stats = appo_loss(self.model, None if same else self.target_model, batch, self.hp, self.kl_coeff)
         self._kl_since_target[0] += float(stats["kl"])
         self._kl_since_target[1] += float(batch["valid"].sum())
         return loss, stats

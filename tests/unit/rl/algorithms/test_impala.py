@@ -224,6 +224,25 @@ def test_appo_s_kl_in_a_learner_mesh_is_every_rank_s_steps():
     assert learner.kl_coeff == pytest.approx(0.3)  # alone, this rank's 0 would have halved it
 
 
+def test_appo_reads_the_target_s_log_probabilities_off_the_model_when_their_weights_are_equal():
+    """Right after a target update (and at the start) the target has the model's weights:
+    its forward pass is skipped, and the update is the one with it, to float rounding."""
+    cfg = _config(APPOConfig, target_network_update_freq=2, seed=2)
+    spec = EnvRunner(cfg, set_torch_threads=False).spec
+    learners = [APPOLearner(cfg, spec, seed=4) for _ in range(2)]
+    learners[1]._forward_is_pure = False  # always the target's own forward pass
+    frags = _fragments(cfg, learners[0])
+    target_forwards = []
+    evaluate = learners[0].target_model.evaluate
+    learners[0].target_model.evaluate = lambda *a: target_forwards.append(1) or evaluate(*a)
+    for update in range(4):
+        outs = [learner.update(frags) for learner in learners]
+        for key in ("policy_loss", "vf_loss", "entropy", "kl"):
+            assert outs[0][key] == pytest.approx(outs[1][key], rel=1e-5, abs=1e-6), (update, key)
+        np.testing.assert_allclose(learners[0].get_weights()[1], learners[1].get_weights()[1], rtol=0, atol=1e-6)
+    assert len(target_forwards) == 2  # updates 2 and 4: the target was one update behind
+
+
 def test_appo_snapshot_restores_the_target_network():
     cfg = _config(APPOConfig, target_network_update_freq=1)
     learner = APPOLearner(cfg, EnvRunner(cfg, set_torch_threads=False).spec)
