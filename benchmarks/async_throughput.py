@@ -38,9 +38,11 @@ from ftrl.config import APPOConfig, PPOConfig  # noqa: E402
 MODEL = {"fcnet_hiddens": [32], "fcnet_activation": "linear", "vf_share_layers": True}
 
 
-def config(algo: str, runners: int, envs: int, fragment: int | str = "auto", sample_ahead: bool = True):
+def config(algo: str, runners: int, envs: int, fragment: int | str = "auto", sample_ahead: bool = True,
+           learner_queue_size: int | None = None):
     if algo == "APPO":
-        cfg = (APPOConfig().training(train_batch_size=1024, lr=3e-4, vf_loss_coeff=0.01, model=MODEL)
+        queue = {} if learner_queue_size is None else {"learner_queue_size": learner_queue_size}
+        cfg = (APPOConfig().training(train_batch_size=1024, lr=3e-4, vf_loss_coeff=0.01, model=MODEL, **queue)
                .env_runners(rollout_fragment_length=fragment, sample_ahead=sample_ahead)
                .reporting(min_time_s_per_iteration=0.5))
     else:
@@ -78,9 +80,9 @@ def train_window(trainer, seconds: float) -> tuple[list[dict], float, float, int
 
 
 def measure(algo: str, runners: int, envs: int, seconds: float, fragment: int | str = "auto",
-            sample_ahead: bool = True) -> dict:
+            sample_ahead: bool = True, learner_queue_size: int | None = None) -> dict:
     t_build = time.monotonic()
-    trainer = config(algo, runners, envs, fragment, sample_ahead).build(job_name=f"tp-{algo.lower()}-{runners}x{envs}")
+    trainer = config(algo, runners, envs, fragment, sample_ahead, learner_queue_size).build(job_name=f"tp-{algo.lower()}-{runners}x{envs}")
     try:
         startup_s = time.monotonic() - t_build
         rows, wall, cpu, trained, sampled = train_window(trainer, seconds)
@@ -114,6 +116,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--no-sample-ahead", action="store_true",
                         help="APPO's runners sample when asked (sample_ahead=False), as before it existed")
+    parser.add_argument("--learner-queue-size", type=int, default=None,
+                        help="APPO's learner_queue_size (default: the config's)")
     parser.add_argument("--appo-fragment", default="auto",
                         help='APPO\'s rollout_fragment_length ("auto": 1024 / (runners x envs), as PPO\'s; '
                         "32: Sample Factory's)")
@@ -123,7 +127,8 @@ def main() -> None:
         for envs in args.envs:
             fragment = args.appo_fragment if args.appo_fragment == "auto" else int(args.appo_fragment)
             pair = {"PPO": measure("PPO", runners, envs, args.seconds),
-                    "APPO": measure("APPO", runners, envs, args.seconds, fragment, not args.no_sample_ahead)}
+                    "APPO": measure("APPO", runners, envs, args.seconds, fragment, not args.no_sample_ahead,
+                                    args.learner_queue_size)}
             ppo, appo = pair["PPO"], pair["APPO"]
             shapes.append({
                 "runners": runners, "envs_per_runner": envs, "ppo": ppo, "appo": appo,
@@ -134,7 +139,8 @@ def main() -> None:
             print(f"{runners}x{envs}: PPO {ppo['env_steps_trained_per_s']}/s, APPO "
                   f"{appo['env_steps_trained_per_s']}/s (busy {appo['learner_busy_share']})", file=sys.stderr)
     emit({"benchmark": "async_throughput", "env": "CartPole-v1", "seconds": args.seconds,
-          "appo_fragment": args.appo_fragment, "sample_ahead": not args.no_sample_ahead, "shapes": shapes,
+          "appo_fragment": args.appo_fragment, "sample_ahead": not args.no_sample_ahead,
+          "learner_queue_size": args.learner_queue_size, "shapes": shapes,
           "appo_at_least_ppo_everywhere": all(s["appo_vs_ppo_per_s"] >= 1.0 for s in shapes),
           "busy_share_ok": all(s["appo"]["learner_busy_share"] >= 0.8 for s in shapes if s["runners"] >= 2)})
 

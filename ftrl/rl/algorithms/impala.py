@@ -389,7 +389,8 @@ class IMPALA(Algorithm):
         for result in results:
             fragment = self._usable_fragment(result)
             if fragment is not None:
-                learner.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)))
+                learner.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)),
+                            result.get("weights_version_mean"))
         learner.queue_full_batches(while_full=self._poll_recoveries)  # back-pressure: the runners wait
 
     def _poll_recoveries(self) -> None:

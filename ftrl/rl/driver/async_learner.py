@@ -39,20 +39,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainBatch:
-    """Fragments for one learner update, with the weights version each was sampled with."""
+    """Fragments for one learner update, with the weights version each was sampled with
+    (its first step's: weights pushed while a runner samples act from its next step on)
+    and the mean version of its steps."""
 
     fragments: list[dict[str, np.ndarray]] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     env_steps: list[int] = field(default_factory=list)
+    mean_versions: list[float] = field(default_factory=list)
 
     @property
     def num_env_steps(self) -> int:
         return int(sum(self.env_steps))
 
-    def add(self, fragment: dict[str, np.ndarray], version: int, env_steps: int) -> None:
+    def add(self, fragment: dict[str, np.ndarray], version: int, env_steps: int,
+            mean_version: float | None = None) -> None:
         self.fragments.append(fragment)
         self.versions.append(int(version))
         self.env_steps.append(int(env_steps))
+        self.mean_versions.append(float(version if mean_version is None else mean_version))
 
 
 @dataclass
@@ -61,32 +66,35 @@ class WindowStats:
 
     updates: int = 0
     busy_s: float = 0.0
-    lags: list[int] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
     env_steps_trained: int = 0
     last_result: dict[str, Any] = field(default_factory=dict)
     sums: dict[str, float] = field(default_factory=dict)
 
 
 def within_lag(batch: TrainBatch, current_version: int, max_policy_lag: int,
-               counters: dict[str, int]) -> tuple[list[dict[str, np.ndarray]], list[int]]:
-    """The fragments of `batch` at most `max_policy_lag` updates behind `current_version`
-    and their lags; the others are counted in `counters` (num_samples_dropped_stale,
-    env_steps_dropped_stale) and left out."""
+               counters: dict[str, int]) -> tuple[list[dict[str, np.ndarray]], list[float]]:
+    """The fragments of `batch` whose first step is at most `max_policy_lag` updates behind
+    `current_version`, and their policy lags (the mean over their steps); the others are
+    counted in `counters` (num_samples_dropped_stale, env_steps_dropped_stale) and left out."""
     used: list[dict[str, np.ndarray]] = []
-    lags: list[int] = []
-    for fragment, version, steps in zip(batch.fragments, batch.versions, batch.env_steps, strict=True):
-        lag = current_version - version
-        if lag > max_policy_lag:
+    lags: list[float] = []
+    means = batch.mean_versions or batch.versions  # (a batch made whole, without add: its versions)
+    for fragment, version, steps, mean_version in zip(batch.fragments, batch.versions, batch.env_steps, means,
+                                                      strict=True):
+        if current_version - version > max_policy_lag:
             counters["num_samples_dropped_stale"] += 1
             counters["env_steps_dropped_stale"] += steps
             continue
         used.append(fragment)
-        lags.append(lag)
+        lags.append(current_version - mean_version)
     return used, lags
 
 
-def lag_stats(lags: list[int]) -> dict[str, Any]:
-    """policy_lag_min / _mean / _max of the samples one window used (None: none)."""
+def lag_stats(lags: list[float]) -> dict[str, Any]:
+    """policy_lag_min / _mean / _max of the samples one window used (None: none): updates
+    between the weights that chose a step's action and the update that trains on it,
+    averaged over each fragment's steps."""
     return {"policy_lag_min": min(lags) if lags else None,
             "policy_lag_mean": sum(lags) / len(lags) if lags else None,
             "policy_lag_max": max(lags) if lags else None}
@@ -200,9 +208,11 @@ class AsyncLearner:
 
     # ------------------------------------------------------------------ the driver's side
 
-    def add(self, fragment: dict[str, np.ndarray], version: int, env_steps: int) -> None:
-        """A fragment for the batch being filled (sampled with weights `version`)."""
-        self._pending.add(fragment, version, env_steps)
+    def add(self, fragment: dict[str, np.ndarray], version: int, env_steps: int,
+            mean_version: float | None = None) -> None:
+        """A fragment for the batch being filled (sampled with weights `version` from its
+        first step, `mean_version` over its steps)."""
+        self._pending.add(fragment, version, env_steps, mean_version)
 
     def queue_full_batches(self, while_full: Callable[[], Any]) -> None:
         """Queue every full batch; while the queue is full (back-pressure: the runners

@@ -56,7 +56,7 @@ from ftrl.rl.sample_batch import pack_bytes, stack_fragments
 from ftrl.rl.sampling.env_factory import evaluation_env_config, with_render_mode
 from ftrl.rl.sampling.episode_hooks import EpisodeHooks
 from ftrl.rl.sampling.filters import NoFilter, make_filter
-from ftrl.rl.sampling.recorder import EpisodeRecorder
+from ftrl.rl.sampling.recorder import EpisodeRecorder, sub_env_recorder
 from ftrl.rl.sampling.sub_env import SubEnvError, make_sub_env
 from ftrl.rl.sampling.sub_env_lifecycle import _UNWATCHED, SubEnvLifecycle, _Unwatched
 from ftrl.rl.sampling.vector_step import loop_name, select_step_envs, sq_sum
@@ -178,6 +178,7 @@ class EnvRunner(SubEnvLifecycle):
             self._watchdog.close()
             raise
         self.weights_version = -1
+        self._version_steps = 0  # this sample()'s vector steps times their weights version
         self._synced_filter: dict[str, Any] | None = None  # what the driver sent last (synced_filter)
 
         e, d = self.num_envs, self.spec.obs_dim
@@ -298,9 +299,14 @@ class EnvRunner(SubEnvLifecycle):
         envs = range(e)
         t = -1
         last = steps - 1
+        inbox = self._inbox
         try:
             for t in range(steps):
                 wd.stamp = now()  # progress for the hung-env watchdog: one store per vector step
+                if record:  # weights pushed meanwhile act from this step on (weights_inbox)
+                    if inbox.has_weights:
+                        self._load_weights(*inbox.take_weights(), None)
+                    self._version_steps += self.weights_version
                 if direct:
                     obs = fobs = b_obs[t]
                     nxt = b_obs[t + 1] if t < last else self._next_obs
@@ -437,8 +443,8 @@ class EnvRunner(SubEnvLifecycle):
         Returns {"batch": fragment (see ftrl.rl.sample_batch), "episodes": {"returns",
         "lengths"} of episodes finished during this call (with callbacks that log custom
         metrics, "custom": {name: a value per episode, NaN where not logged}), "env_steps",
-        "weights_version", "filter_delta", "num_sub_env_restarts" (cumulative),
-        "sub_env_restarts" (during this call), "worker_index", "sample_time_s"}; with callbacks
+        "weights_version" (the first step's) and "weights_version_mean", "filter_delta", "num_sub_env_restarts"
+        (cumulative), "sub_env_restarts" (during this call), "worker_index", "sample_time_s"}; with callbacks
         also "callback_counts" (errors, dropped values) and "sample_metrics" (`on_sample_end`'s)."""
         if fragment_length is not None and fragment_length != self.fragment_length:
             self.set_fragment_length(fragment_length)
@@ -447,7 +453,8 @@ class EnvRunner(SubEnvLifecycle):
         with self._lock:
             t0 = time.perf_counter()
             restarts_before = self.num_sub_env_restarts
-            self._load_waiting_weights()  # (not between the fragments: one version for all)
+            self._load_waiting_weights()
+            first_version, self._version_steps = self.weights_version, 0
             explore = self.explore if explore is None else explore
             try:
                 batch = stack_fragments([self._run(self.fragment_length, explore, record=True)
@@ -460,7 +467,8 @@ class EnvRunner(SubEnvLifecycle):
                 "batch": batch,
                 "episodes": self._take_episodes(),
                 "env_steps": self.fragment_length * self.num_envs * fragments,
-                "weights_version": self.weights_version,
+                "weights_version": first_version,  # the oldest; and the steps' mean (weights_inbox)
+                "weights_version_mean": self._version_steps / (self.fragment_length * fragments),
                 "filter_delta": self.filter.get_delta(flush=True),
                 "num_sub_env_restarts": self.num_sub_env_restarts,
                 "sub_env_restarts": self.num_sub_env_restarts - restarts_before,
@@ -510,7 +518,8 @@ class EnvRunner(SubEnvLifecycle):
             self._needs_reset = True
             explore = self.explore if explore is None else explore
             steps_before = self.env_steps_total
-            recorder = self._recorder = self._new_recorder() if record_video else None
+            recorder = self._recorder = (sub_env_recorder(lambda: self._envs[0].env, self.remote_envs, self.worker_index)
+                                         if record_video else None)
             try:
                 if num_timesteps is not None:
                     self._run(max(1, math.ceil(num_timesteps / self.num_envs)), explore, record=False)
@@ -526,16 +535,6 @@ class EnvRunner(SubEnvLifecycle):
             return {**episodes, "env_steps": self.env_steps_total - steps_before,
                     **({"video": video} if video is not None else {})}
 
-    def _new_recorder(self) -> EpisodeRecorder | None:
-        """A recorder of sub-env 0 (None, logged, for sub-env processes: they do not render here)."""
-        if self.remote_envs:
-            log.warning("env runner %d: no evaluation video with remote_worker_envs (sub-envs render in their "
-                        "own processes)", self.worker_index)
-            return None
-        env = self._envs[0].env
-        fps = int((getattr(env, "metadata", None) or {}).get("render_fps") or 30)
-        return EpisodeRecorder(lambda: self._envs[0].env, fps)
-
     def set_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> dict[str, Any]:
         """Load policy weights (flat float32) tagged `version`, and optionally filter state;
         while a fragment is being sampled, before the next one (never waiting for it)."""
@@ -549,9 +548,10 @@ class EnvRunner(SubEnvLifecycle):
         finally:
             self._lock.release()
 
-    def _load_weights(self, version: int, weights: np.ndarray, filter_state: dict | None) -> None:
-        self.policy.set_flat(weights)
-        self.weights_version = int(version)
+    def _load_weights(self, version: int, weights: np.ndarray | None, filter_state: dict | None) -> None:
+        if weights is not None:  # (None: loaded already, between the steps of a fragment)
+            self.policy.set_flat(weights)
+            self.weights_version = int(version)
         if filter_state is not None:
             self.filter.set_state(filter_state)
             self._synced_filter = filter_state

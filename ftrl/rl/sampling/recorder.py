@@ -70,3 +70,14 @@ class EpisodeRecorder:
         finally:
             self.frames = []
         return {"mp4": data, "length": self.length, "return": self.total, "fps": self.fps}
+
+
+def sub_env_recorder(get_env: Callable[[], Any], remote: bool, worker_index: int) -> EpisodeRecorder | None:
+    """A recorder of a runner's sub-env 0 (`get_env` gives its gymnasium env); None, logged,
+    for sub-env processes (they do not render in the runner)."""
+    if remote:
+        log.warning("env runner %d: no evaluation video with remote_worker_envs (sub-envs render in their "
+                    "own processes)", worker_index)
+        return None
+    fps = int((getattr(get_env(), "metadata", None) or {}).get("render_fps") or 30)
+    return EpisodeRecorder(get_env, fps)

@@ -14,7 +14,7 @@ import pytest
 
 from ftrl.config import PPOConfig
 from ftrl.rl.driver import state as driver_state
-from ftrl.rl.driver.async_learner import AsyncLearner, TrainBatch
+from ftrl.rl.driver.async_learner import AsyncLearner, TrainBatch, lag_stats, within_lag
 from ftrl.rl.driver.metrics import EpisodeWindow
 from ftrl.rl.driver.output import RunOutput
 from ftrl.rl.driver.run_state import RunState
@@ -349,3 +349,17 @@ def test_an_embedded_cluster_offers_what_the_job_asks_for(tmp_path):
     assert cluster_custom_resources(config) == {"spot": 40.0, "ondemand": 0.5}
     cluster = embedded_cluster_for(config, state_dir=str(tmp_path))  # made, not started
     assert cluster.worker_args[-2:] == ["--resources", "ondemand=0.5,spot=40"]
+
+
+def test_a_fragment_is_dropped_by_its_first_step_and_its_lag_is_its_steps_mean():
+    """max_policy_lag checks the weights a fragment started with (the oldest); the reported
+    lag is the mean over its steps (weights pushed mid-fragment act from the next step)."""
+    batch = TrainBatch()
+    batch.add({"x": 1}, 5, 8, mean_version=5.5)  # 2 behind at its start: kept, 1.5 on average
+    batch.add({"x": 2}, 4, 8, mean_version=4.9)  # 3 behind at its start: dropped
+    batch.add({"x": 3}, 6, 8)  # one version throughout
+    counters = {"num_samples_dropped_stale": 0, "env_steps_dropped_stale": 0}
+    used, lags = within_lag(batch, 7, 2, counters)
+    assert used == [{"x": 1}, {"x": 3}] and lags == [1.5, 1.0]
+    assert counters == {"num_samples_dropped_stale": 1, "env_steps_dropped_stale": 8}
+    assert lag_stats(lags) == {"policy_lag_min": 1.0, "policy_lag_mean": 1.25, "policy_lag_max": 1.5}

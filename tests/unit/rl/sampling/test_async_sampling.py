@@ -1,6 +1,7 @@
 """Weights pushed while a runner samples wait in its inbox: the push never waits for the
-fragment, and the runner samples its next fragment with them. Several fragments to a
-reply sit side by side and follow on in time."""
+fragment, and the runner acts with them from its next vector step (the fragment reports
+its first step's version and its steps' mean). Several fragments to a reply sit side by
+side and follow on in time."""
 
 from __future__ import annotations
 
@@ -24,6 +25,46 @@ def test_the_inbox_keeps_the_last_push_once():
     version, weights, filter_state = inbox.take()
     assert version == 4 and weights.tolist() == [0.0, 0.0] and filter_state == {"kind": "NoFilter"}
     assert inbox.take() is None
+
+
+def test_the_inbox_hands_weights_between_steps_and_keeps_the_filter_for_the_next_fragment():
+    inbox = WeightsInbox()
+    assert not inbox.has_weights and inbox.take_weights() is None
+    inbox.put(3, np.ones(2, np.float32), {"kind": "MeanStdFilter"})
+    assert inbox.has_weights
+    version, weights = inbox.take_weights()
+    assert version == 3 and weights.tolist() == [1.0, 1.0] and not inbox.has_weights
+    assert inbox.take() == (3, None, {"kind": "MeanStdFilter"})  # the filter: at the fragment's end
+    inbox.put(4, np.zeros(2, np.float32), None)
+    assert inbox.take_weights()[0] == 4 and inbox.take() is None
+
+
+def test_weights_pushed_mid_fragment_act_from_the_next_step():
+    """A runner samples 60 slow steps; weights pushed meanwhile choose the actions from the
+    next vector step on (all-zero weights: every logp is log 1/2, which the first weights'
+    are not); the fragment reports its first version and the mean of its steps'."""
+    cfg = (APPOConfig().environment("ftrl.testing.envs:make_slow_env", env_config={"sleep_s": 0.01})
+           .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=60).debugging(seed=0))
+    runner = EnvRunner(cfg, set_torch_threads=False)
+    try:
+        version, weights = runner.get_weights()
+        results, steps_before = [], runner._vec_steps
+        sampler = threading.Thread(target=lambda: results.append(runner.sample()))
+        sampler.start()
+        deadline = time.monotonic() + 10
+        while runner._vec_steps < steps_before + 10 and time.monotonic() < deadline:  # 10 of the 60 steps
+            time.sleep(0.001)
+        assert runner.set_weights(version + 1, np.zeros_like(weights))["waiting"]
+        sampler.join(10)
+        result = results[0]
+        uniform = np.isclose(result["batch"]["logp"][:, 0], np.log(0.5), atol=1e-6)
+        switch = int(np.argmax(uniform))
+        assert 0 < switch < 60 and uniform[switch:].all() and not uniform[:switch].any()
+        assert result["weights_version"] == version
+        assert result["weights_version_mean"] == pytest.approx(version + (60 - switch) / 60)
+        assert runner.weights_version == version + 1
+    finally:
+        runner.stop()
 
 
 def test_a_push_to_a_busy_runner_returns_at_once_and_the_next_fragment_uses_it():
