@@ -5,6 +5,7 @@ object, with the Atari definition every run used (`ftrl.rl.sampling.atari.defini
     python benchmarks/atari.py [--shapes 1x16 2x8 2x32] [--seconds 60]
     python benchmarks/atari.py --what curve --minutes 30 [--shapes 1x16]   # + results/atari_pong_curve.png
     python benchmarks/atari.py --what restack     # frame stacks on the wire vs single frames
+    python benchmarks/atari.py --what envs [--envs 8] [--seconds 30]   # the sub-envs alone
 
 Per shape: agent steps and env frames (x frame_skip 4) trained per second and per
 CPU-second (this process and every process it started: coordinator, worker, runners,
@@ -73,6 +74,10 @@ def measure(runners: int, envs: int, seconds: float, fragment: int, batch: int) 
         algo.stop()
 
 
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 3)
+
+
 def curve(runners: int, envs: int, minutes: float, fragment: int, batch: int, png: Path) -> dict:
     """One learning run of `minutes` (see the module docstring)."""
     env_config = {"repeat_action_probability": 0.0}
@@ -86,9 +91,11 @@ def curve(runners: int, envs: int, minutes: float, fragment: int, batch: int, pn
             game = (row.get("custom_metrics") or {}).get("game_return_mean")
             points.append({"time_s": round(time.monotonic() - t0, 1), "frames": FRAME_SKIP * row["env_steps_sampled"],
                            "frames_trained": FRAME_SKIP * algo.env_steps_trained,
-                           "episode_return_mean": row.get("episode_return_mean"), "game_return_mean": game})
+                           "episode_return_mean": row.get("episode_return_mean"), "game_return_mean": game,
+                           "entropy": _rounded(row["learner"].get("entropy")),
+                           "policy_lag_mean": _rounded(row.get("policy_lag_mean"))})
             print(f"{points[-1]['time_s']:7.1f} s {points[-1]['frames']:>10,} frames  life return "
-                  f"{row.get('episode_return_mean')}  game {game}", file=sys.stderr)
+                  f"{row.get('episode_return_mean')}  game {game}  entropy {points[-1]['entropy']}", file=sys.stderr)
     finally:
         algo.stop()
     _plot(points, png)
@@ -159,6 +166,38 @@ def restack(steps: int = 32, envs: int = 8, repeats: int = 20) -> dict:
             "restack_ms": round(restack_ms, 2)}
 
 
+def env_steps(envs: int, seconds: float) -> dict:
+    """`envs` of ftrl's Atari sub-envs (ale-py, the wrappers of `definition`) stepped one
+    after another with random actions in this process, as a runner steps them, nothing
+    else: env frames per second and per CPU-second (beside EnvPool's, `peers/cleanrl_atari.py
+    --what envs`)."""
+    import numpy as np
+
+    from ftrl.rl.sampling.atari import make_atari
+
+    subs = [make_atari(ENV.removeprefix("atari:"), {"repeat_action_probability": 0.0}) for _ in range(envs)]
+    for i, env in enumerate(subs):
+        env.reset(seed=i)
+    actions = np.random.default_rng(0).integers(0, subs[0].action_space.n, (1000, envs))
+
+    def step(k: int) -> None:
+        for i, env in enumerate(subs):
+            _, _, terminated, truncated, _ = env.step(int(actions[k % 1000, i]))
+            if terminated or truncated:
+                env.reset()
+
+    for k in range(50):
+        step(k)
+    t0, c0, k = time.perf_counter(), time.process_time(), 0
+    while time.perf_counter() - t0 < seconds:
+        step(k)
+        k += 1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    frames = FRAME_SKIP * k * envs
+    return {"envs": envs, "window_s": round(wall, 1), "frames_per_s": round(frames / wall, 1),
+            "frames_per_cpu_s": round(frames / cpu, 1), "cores_used": round(cpu / wall, 2)}
+
+
 def _plot(points: list[dict], png: Path) -> None:
     import matplotlib
 
@@ -175,7 +214,14 @@ def _plot(points: list[dict], png: Path) -> None:
     ax.set_ylabel("return")
     ax.set_title("ftrl APPO on Pong, 2-core CPU, Nature CNN")
     ax.grid(alpha=0.3)
-    ax.legend()
+    entropy = [(p["frames"] / 1e6, p["entropy"]) for p in points if p.get("entropy") is not None]
+    if entropy:  # the policy's entropy (ln 6 = 1.79 for a uniform one) on its own axis
+        right = ax.twinx()
+        right.plot(*zip(*entropy, strict=True), color="grey", alpha=0.6, label="policy entropy (right axis)")
+        right.set_ylabel("entropy (nats)")
+        right.set_ylim(0.0, 2.0)
+        right.legend(loc="lower right")
+    ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
@@ -183,15 +229,20 @@ def _plot(points: list[dict], png: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--what", choices=["throughput", "curve", "restack"], default="throughput")
+    parser.add_argument("--what", choices=["throughput", "curve", "restack", "envs"], default="throughput")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--shapes", nargs="+", default=["1x16", "2x8", "2x32"])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--fragment", type=int, default=32)
     parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--envs", type=int, default=8, help="--what envs: how many sub-envs")
     args = parser.parse_args()
     if args.what == "restack":
         emit({"benchmark": "atari_restack", **restack()})
+        return
+    if args.what == "envs":
+        emit({"benchmark": "atari_envs", "atari": definition(ENV, {"repeat_action_probability": 0.0}),
+              **env_steps(args.envs, args.seconds)})
         return
     if args.what == "curve":
         runners, envs = (int(x) for x in args.shapes[0].split("x"))
