@@ -60,6 +60,7 @@ class Window:
         self.steps0 = 0
         self.cpu0 = 0.0
         self.result: dict | None = None
+        self.atari: dict | None = None  # the env's Atari definition, once made
 
     def on_step(self, num_envs: int) -> None:
         if self.steps % (self.rollout_steps * num_envs) == 0:  # a rollout starts: the last one was trained
@@ -78,6 +79,19 @@ class Window:
 
 class _WindowDone(Exception):
     pass
+
+
+#: EnvPool's Atari settings that make up the Atari definition (`ftrl.rl.sampling.atari.definition`'s)
+DEFINITION_KEYS = ("frame_skip", "noop_max", "img_height", "img_width", "gray_scale", "stack_num", "episodic_life",
+                   "reward_clip", "use_fire_reset", "repeat_action_probability", "full_action_space",
+                   "max_episode_steps", "use_inter_area_resize")
+
+
+def envpool_definition(env) -> dict:
+    """The Atari definition of an EnvPool env, as its own config says it."""
+    config = env.spec.config
+    return {"env": "Pong-v5 (envpool)", **{k: getattr(config, k) for k in DEFINITION_KEYS},
+            "max_episode_steps_counts": "agent steps"}
 
 
 class OldGymApi:
@@ -118,7 +132,9 @@ def run_cleanrl(args: argparse.Namespace) -> dict:
     make = envpool.make
 
     def make_old_api(*a, **kw):
-        return OldGymApi(make(*a, **kw), window, int(kw["num_envs"]))
+        env = make(*a, **kw)
+        window.atari = envpool_definition(env)
+        return OldGymApi(env, window, int(kw["num_envs"]))
 
     envpool.make = make_old_api
     sys.argv = [args.script, "--env-id", "Pong-v5", "--num-envs", str(args.envs), "--no-cuda",
@@ -133,7 +149,8 @@ def run_cleanrl(args: argparse.Namespace) -> dict:
         pass
     out = {"peer": "cleanrl ppo_atari_envpool.py", "env": "envpool 1.2.5 Pong-v5", "envs": args.envs,
            "num_steps": 128, "update_epochs": args.epochs, "num_minibatches": 4,
-           "torch_threads": __import__("torch").get_num_threads(), **(window.result or {"error": "no window"}),
+           "torch_threads": __import__("torch").get_num_threads(), "atari": window.atari,
+           **(window.result or {"error": "no window"}),
            "wall_s": round(time.perf_counter() - t_start, 1)}
     os.dup2(real_stdout, 1)
     return out
@@ -156,7 +173,7 @@ def run_envs(args: argparse.Namespace) -> dict:
         steps += 1
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     frames = FRAME_SKIP * steps * args.envs
-    return {"peer": "envpool 1.2.5 (env only, random actions)", "env": "Pong-v5", "envs": args.envs,
+    return {"peer": "envpool 1.2.5 (env only, random actions)", "atari": envpool_definition(env), "envs": args.envs,
             "num_threads": args.threads, "window_s": round(wall, 1), "frames_per_s": round(frames / wall, 1),
             "frames_per_cpu_s": round(frames / cpu, 1), "cores_used": round(cpu / wall, 2)}
 

@@ -75,12 +75,39 @@ def make_pong(env_name, cfg, env_config, render_mode=None):
     return make_atari_env(env_name, cfg, env_config, render_mode=render_mode)
 
 
+def sf_definition(cfg) -> dict:
+    """The Atari definition of Sample Factory's env for `cfg`, read off a live one."""
+    env = make_pong("atari_pong", cfg, None)
+    try:
+        wrappers, e = [], env
+        while hasattr(e, "env"):
+            wrappers.append(type(e).__name__)
+            e = e.env
+        ale = env.unwrapped.ale
+        noop = next((w.noop_max for w in _chain(env) if type(w).__name__ == "NoopResetEnv"), None)
+        return {"env": env.unwrapped.spec.id, "frame_skip": cfg.env_frameskip, "noop_max": noop,
+                "frame_stack": cfg.env_framestack, "observation": list(env.observation_space.shape),
+                "repeat_action_probability": float(ale.getFloat("repeat_action_probability")),
+                "full_action_space": bool(env.action_space.n == 18), "time_limit": next((w._max_episode_steps for w in _chain(env) if type(w).__name__ == "TimeLimit"), None),
+                "max_num_frames_per_episode": int(ale.getInt("max_num_frames_per_episode")),
+                "wrappers_outside_in": wrappers}
+    finally:
+        env.close()
+
+
+def _chain(env):
+    while env is not None:
+        yield env
+        env = getattr(env, "env", None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--warmup-seconds", type=float, default=20.0)
+    parser.add_argument("--definition", action="store_true", help="print the Atari definition only")
     args = parser.parse_args()
     real_stdout = os.dup(1)
     os.dup2(2, 1)  # Sample Factory and its workers print: keep stdout for the JSON line
@@ -102,6 +129,10 @@ def main() -> None:
             "--save_every_sec=1000000", "--save_best_after=1000000000000",
             f"--train_for_seconds={int(args.warmup_seconds + args.seconds + 600)}"]
     cfg = parse_atari_args(argv)
+    if args.definition:
+        os.write(real_stdout, (json.dumps({"atari": sf_definition(cfg)}) + "\n").encode())
+        return
+    atari = sf_definition(cfg)
     cfg, runner = make_runner(cfg)
     meter = Meter(args.warmup_seconds, args.seconds)
     runner.policy_msg_handlers[LEARNER_ENV_STEPS].append(meter.on_learner_steps)
@@ -109,7 +140,7 @@ def main() -> None:
     status = runner.init()
     if status == ExperimentStatus.SUCCESS:
         status = runner.run()
-    out = {"peer": "sample-factory 2.1.1", "algo": "APPO (async, no V-trace: its Atari default)", "env": "atari_pong (PongNoFrameskip-v4)",
+    out = {"peer": "sample-factory 2.1.1", "algo": "APPO (async, no V-trace: its Atari default)", "atari": atari,
            "workers": args.workers, "envs_per_worker": args.envs, "rollout": 32, "batch_size": 512,
            "status": int(status), "startup_to_first_batch_s": None if meter.first is None
            else round(meter.first - t_start, 1)}
