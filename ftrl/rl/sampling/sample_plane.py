@@ -24,7 +24,7 @@ wakes on the request, the driver thread waiting for the round wakes on the reply
   with it, so the runner samples while its fragment travels and the driver turns around
   (with 32-step fragments that was 40% of a runner's time, profiled). No version is
   expected: the fragment says which weights it was sampled with, and weights pushed
-  meanwhile wait in the runner's `WeightsInbox` for the fragment after it. One fragment
+  meanwhile wait in the runner's `WeightsInbox` for its next vector step. One fragment
   ahead at most: with no request (the learner's queue full) the runner waits, as before.
   Ahead on the same thread, not a second one: a sampling thread beside the serving one
   made both slower (they contend for the GIL, measured).
