@@ -537,7 +537,7 @@ class EnvRunner(SubEnvLifecycle):
 
     def set_weights(self, version: int, weights: np.ndarray, filter_state: dict | None = None) -> dict[str, Any]:
         """Load policy weights (flat float32) tagged `version`, and optionally filter state;
-        while a fragment is being sampled, before the next one (never waiting for it)."""
+        while a fragment is sampled, from its next vector step (the filter: the next fragment)."""
         if not self._lock.acquire(blocking=False):
             self._inbox.put(version, weights, filter_state)
             return {"weights_version": int(version), "waiting": True}
