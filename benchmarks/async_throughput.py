@@ -116,12 +116,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--no-sample-ahead", action="store_true",
                         help="APPO's runners sample when asked (sample_ahead=False), as before it existed")
+    parser.add_argument("--rpc", action="store_true",
+                        help="every sample by RPC, as on a TLS cluster (no sample channel)")
     parser.add_argument("--learner-queue-size", type=int, default=None,
                         help="APPO's learner_queue_size (default: the config's)")
     parser.add_argument("--appo-fragment", default="auto",
                         help='APPO\'s rollout_fragment_length ("auto": 1024 / (runners x envs), as PPO\'s; '
                         "32: Sample Factory's)")
     args = parser.parse_args()
+    if args.rpc:  # the driver finds no channel token, as on a TLS cluster (runner_channels)
+        from ftrl.rl.sampling import runner_channels
+
+        runner_channels.channel_token = lambda client: None
     shapes = []
     for runners in args.runners:
         for envs in args.envs:
@@ -140,7 +146,7 @@ def main() -> None:
                   f"{appo['env_steps_trained_per_s']}/s (busy {appo['learner_busy_share']})", file=sys.stderr)
     emit({"benchmark": "async_throughput", "env": "CartPole-v1", "seconds": args.seconds,
           "appo_fragment": args.appo_fragment, "sample_ahead": not args.no_sample_ahead,
-          "learner_queue_size": args.learner_queue_size, "shapes": shapes,
+          "learner_queue_size": args.learner_queue_size, "sample_channel": not args.rpc, "shapes": shapes,
           "appo_at_least_ppo_everywhere": all(s["appo_vs_ppo_per_s"] >= 1.0 for s in shapes),
           "busy_share_ok": all(s["appo"]["learner_busy_share"] >= 0.8 for s in shapes if s["runners"] >= 2)})
 

@@ -1,13 +1,18 @@
 """Learning is bit for bit what it was before the restructures. PPO: the sha256 of parameters,
 Adam's moments and counters after N updates on seeded fragments equal the digests
 recorded on 36f3c3f (tests/fixtures/ppo_digests.json, by record_ppo_digests.py), in the
-driver and on two learner actors over gloo. IMPALA, APPO and whole deterministic runs:
-the digests recorded on c79197e before the rooms restructure of issue 34
-(tests/fixtures/learning_digests.json, by record_learning_digests.py)."""
+driver and on two learner actors over gloo. IMPALA and whole deterministic runs: the
+digests recorded on c79197e before the rooms restructure of issue 34
+(tests/fixtures/learning_digests.json, by record_learning_digests.py). APPO: recorded
+after its surrogate's importance weight was fixed (tests/fixtures/appo_digests.json).
+
+Digests are bit for bit, so they hold per platform (CPU vendor and vector width pick
+the float kernels): each fixture keeps a set per platform, and a platform without one
+skips (tests/fixtures/digest_platform.py). The AMD sets are the commits named above;
+the Intel AVX-512 set was recorded where its `recorded_at` says, with PPO's and IMPALA's
+code unchanged since those commits (the AMD sets pass on it)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -23,6 +28,7 @@ from tests.fixtures.digest_inputs import (
     fragments_for,
     one_torch_thread,
 )
+from tests.fixtures.digest_platform import load, recorded
 from tests.fixtures.learning_cases import (
     LEARNER_CASES,
     RUN_CASES,
@@ -30,9 +36,8 @@ from tests.fixtures.learning_cases import (
     run_digest,
     two_learner_digest,
 )
-from tests.procs import REPO
 
-RECORDED = json.loads((REPO / "tests" / "fixtures" / "ppo_digests.json").read_text())
+RECORDED = load("ppo_digests.json")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -42,10 +47,12 @@ def test_the_in_driver_learner_gives_the_recorded_digests(case, seed):
     learner = PPOLearner(config_for(case, seed, num_learners=0), SpaceSpec.from_dict(CASES[case]))
     for update in range(N_UPDATES):
         learner.update(fragments_for(case, seed, update), env_steps_sampled=1024 * update)
-    assert learner.digest() == RECORDED["in_driver"][f"{case}/{seed}"]
+    expected = recorded(RECORDED, "in_driver", f"{case}/{seed}")
+    assert learner.digest() == expected
 
 
 def test_two_learners_over_gloo_give_the_recorded_digests():
+    expected = {seed: recorded(RECORDED, "two_learners_gloo", f"cartpole/{seed}") for seed in SEEDS}
     with new_cluster(workers=1, slots=6) as cluster:
         client = cluster.client()
         try:
@@ -61,7 +68,7 @@ def test_two_learners_over_gloo_give_the_recorded_digests():
                 finally:
                     group.stop()
                 assert len(digests) == 2
-                assert set(digests.values()) == {RECORDED["two_learners_gloo"][f"cartpole/{seed}"]}, seed
+                assert set(digests.values()) == {expected[seed]}, seed
         finally:
             client.close()
 
@@ -69,14 +76,20 @@ def test_two_learners_over_gloo_give_the_recorded_digests():
 # ---------------------------------------------------------------------------- IMPALA, APPO and whole runs
 # recorded on c79197e, before the rooms restructure (tests/fixtures/learning_cases.py)
 
-RECORDED_C79197E = json.loads((REPO / "tests" / "fixtures" / "learning_digests.json").read_text())
+RECORDED_C79197E = load("learning_digests.json")
+RECORDED_APPO = load("appo_digests.json")
+
+
+def _recorded(section: str, key: str):
+    """IMPALA's and PPO's from c79197e, APPO's from after its surrogate fix."""
+    return recorded(RECORDED_APPO if key.startswith("APPO/") else RECORDED_C79197E, section, key)
 
 
 @pytest.mark.parametrize(("algo", "case"), LEARNER_CASES)
 def test_impala_and_appo_learners_give_the_recorded_digests(algo, case):
     for seed in SEEDS:
-        assert in_driver_learner_digest(algo, case, seed) == RECORDED_C79197E["learner_in_driver"][
-            f"{algo}/{case}/{seed}"], seed
+        expected = _recorded("learner_in_driver", f"{algo}/{case}/{seed}")
+        assert in_driver_learner_digest(algo, case, seed) == expected, seed
 
 
 @pytest.mark.timeout(600)
@@ -84,17 +97,20 @@ def test_two_learners_and_deterministic_runs_give_the_recorded_digests():
     """Two IMPALA/APPO learner actors over gloo on the seeded fragments; whole runs
     (IMPALA and APPO deterministic, learner in the driver or two over gloo; PPO sampling
     in its driver), seeds 0-2: digests, weights and every iteration's figures."""
+    expected = {**{f"{algo}/cartpole/{seed}": _recorded("learner_two_gloo", f"{algo}/cartpole/{seed}")
+                   for algo in ("IMPALA", "APPO") for seed in SEEDS},
+                **{f"{algo}/{n}/{seed}": _recorded("runs", f"{algo}/{n}/{seed}") for algo, n in RUN_CASES for seed in SEEDS}}
     with new_cluster(workers=1, slots=6) as cluster:
         client = cluster.client()
         try:
             for algo in ("IMPALA", "APPO"):
                 for seed in SEEDS:
                     got = two_learner_digest(client, algo, seed, f"lg{algo.lower()}{seed}")
-                    assert got == RECORDED_C79197E["learner_two_gloo"][f"{algo}/cartpole/{seed}"], (algo, seed)
+                    assert got == expected[f"{algo}/cartpole/{seed}"], (algo, seed)
             for algo, num_learners in RUN_CASES:
                 for seed in SEEDS:
                     key = f"{algo}/{num_learners}/{seed}"
                     got = run_digest(client, algo, num_learners, seed, f"run{algo.lower()}{num_learners}s{seed}")
-                    assert got == RECORDED_C79197E["runs"][key], key
+                    assert got == expected[key], key
         finally:
             client.close()
