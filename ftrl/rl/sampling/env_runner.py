@@ -57,7 +57,6 @@ from ftrl.rl.sampling.env_factory import evaluation_env_config, with_render_mode
 from ftrl.rl.sampling.episode_hooks import EpisodeHooks
 from ftrl.rl.sampling.filters import NoFilter, make_filter
 from ftrl.rl.sampling.recorder import EpisodeRecorder, sub_env_recorder
-from ftrl.rl.sampling.sample_ahead import AheadSampler
 from ftrl.rl.sampling.sub_env import SubEnvError, make_sub_env
 from ftrl.rl.sampling.sub_env_lifecycle import _UNWATCHED, SubEnvLifecycle, _Unwatched
 from ftrl.rl.sampling.vector_step import loop_name, select_step_envs, sq_sum
@@ -127,7 +126,6 @@ class EnvRunner(SubEnvLifecycle):
         self._seed = None if seed is None else seed + 10_007 * self.worker_index + (500_009 if evaluation else 0)
         self._lock = threading.RLock()
         self._inbox = WeightsInbox()  # weights that came while a fragment was being sampled
-        self._ahead = AheadSampler(self.sample, f"runner-{self.worker_index}")  # sample_ahead, by RPC
         self._weights_plane: Any = None  # WeightsNode, started on first use
         self._sample_server: Any = None  # SampleServer, started on first sample_address()
         self._plane_lock = threading.Lock()
@@ -417,10 +415,6 @@ class EnvRunner(SubEnvLifecycle):
 
     # ------------------------------------------------------------------ public API
 
-    def sample_ahead(self, **kwargs: Any) -> dict[str, Any]:
-        """`sample(**kwargs)`, sampled ahead by RPC (`ftrl.rl.sampling.sample_ahead`)."""
-        return self._ahead.next(kwargs)
-
     def __ftrl_drain__(self) -> str:
         """The node drains (pre-emption, scancel, systemctl stop): calls run one at a
         time, so this returns once the sample in flight has been answered, and the
@@ -607,8 +601,14 @@ class EnvRunner(SubEnvLifecycle):
                 self._weights_plane = weights_tree.runner_node()
             return self._weights_plane
 
-    def set_weights_tree(self, version: int, weights: np.ndarray, filter_state: dict | None = None,
-                         children: list | None = None, hop_timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+    def set_weights_tree(
+        self,
+        version: int,
+        weights: np.ndarray,
+        filter_state: dict | None = None,
+        children: list | None = None,
+        hop_timeout_s: float = 30.0,
+    ) -> dict[str, dict[str, Any]]:
         """`set_weights` here, then forward the same weights down a broadcast tree.
 
         `children` are subtrees `[name, incarnation, [subtrees...]]` (see
@@ -657,9 +657,16 @@ class EnvRunner(SubEnvLifecycle):
             proc = getattr(env, "_proc", None)
             if proc is not None and proc.poll() is not None:
                 dead += 1
-        return {"ok": True, "worker_index": self.worker_index, "pid": os.getpid(),
-                "weights_version": self.weights_version, "fragment_length": self.fragment_length,
-                "num_envs": len(self._envs), "num_dead_sub_envs": dead, "time": time.time()}
+        return {
+            "ok": True,
+            "worker_index": self.worker_index,
+            "pid": os.getpid(),
+            "weights_version": self.weights_version,
+            "fragment_length": self.fragment_length,
+            "num_envs": len(self._envs),
+            "num_dead_sub_envs": dead,
+            "time": time.time(),
+        }
 
     @property
     def step_loop(self) -> str:
@@ -683,7 +690,6 @@ class EnvRunner(SubEnvLifecycle):
 
     def stop(self) -> None:
         """Close every sub-env (and its process), the watchdog and the weights plane server."""
-        self._ahead.close()
         self._watchdog.close()
         with self._lock:
             self._close_envs()

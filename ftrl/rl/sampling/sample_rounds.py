@@ -16,8 +16,7 @@ version) is dropped and counted (never used silently, never lost silently: the
 
 Requests go on each runner's sample channel when it has one, else by RPC
 (`ftrl.rl.sampling.runner_channels`). `harvest(prefetch=True)` (asynchronous algorithms)
-has each runner sample its next fragment ahead: on its channel (`sample_plane`), or by RPC
-with `EnvRunner.sample_ahead` (`sample_ahead`). Their errors are the RPC path's: a broken
+has each runner sample its next fragment ahead on its channel (`sample_plane`). Their errors are the RPC path's: a broken
 connection is ActorUnavailableError (the runner is recovered as after a crash), no reply
 within 2 x `sample_timeout_s` is FtrlTimeoutError, an exception in `sample()` is
 ActorError.
@@ -281,7 +280,6 @@ class SampleRounds:
             except (FtrlError, RuntimeError) as e:
                 log.info("%s: sample channel unusable (%s); sampling by RPC", slot.name, e)
                 channels.close_channel(slot)
-        # by RPC, sampling ahead is a method of its own (ftrl.rl.sampling.sample_ahead)
-        rest = {k: v for k, v in kwargs.items() if k != "prefetch"}
-        ahead = method == "sample" and bool(kwargs.get("prefetch"))
-        return slot.handle.submit("sample_ahead" if ahead else method, **rest)
+        # sampling ahead is the sample channel's (its serving thread samples the next
+        # fragment after each reply); by RPC a runner samples when asked
+        return slot.handle.submit(method, **{k: v for k, v in kwargs.items() if k != "prefetch"})

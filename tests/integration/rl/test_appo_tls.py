@@ -1,6 +1,7 @@
 """APPO on an mTLS cluster: its runners have no sample channel (the channel is plain TCP),
-so they sample ahead by RPC (`EnvRunner.sample_ahead`, `ftrl.rl.sampling.sample_ahead`);
-a runner SIGKILLed meanwhile is restarted and the run goes on."""
+so every sample goes by RPC, whole fragments of at least 128 env steps a request (sampling
+ahead by RPC was measured and not kept: benchmarks/README.md); a runner SIGKILLed
+meanwhile is restarted and the run goes on."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.secure_cluster import SecureCluster
 
 
 @pytest.mark.timeout(240)
-def test_appo_on_an_mtls_cluster_samples_ahead_by_rpc_and_survives_a_runner_sigkill(tmp_path, monkeypatch):
+def test_appo_on_an_mtls_cluster_samples_by_rpc_and_survives_a_runner_sigkill(tmp_path, monkeypatch):
     called: list[str] = []
     submit = ActorHandle.submit
 
@@ -39,7 +40,7 @@ def test_appo_on_an_mtls_cluster_samples_ahead_by_rpc_and_survives_a_runner_sigk
         algo = config.build(client=client, job_name="appo-tls")
         try:
             rows = [algo.train() for _ in range(3)]
-            assert called.count("sample_ahead") >= 8 and "sample" not in called
+            assert called.count("sample") >= 8  # by RPC
             assert sum(r["num_learner_updates_this_iter"] for r in rows) >= 3
             victim = sorted(n for n in _actors("appo-tls") if "/env_runner/" in n)[0]
             os.kill(_actors("appo-tls")[victim], signal.SIGKILL)
