@@ -28,7 +28,7 @@ from tests.fixtures.digest_inputs import (
     fragments_for,
     one_torch_thread,
 )
-from tests.fixtures.digest_platform import load, recorded
+from tests.fixtures.digest_platform import load, platform_key, recorded, recorded_or_none
 from tests.fixtures.learning_cases import (
     LEARNER_CASES,
     RUN_CASES,
@@ -80,9 +80,13 @@ RECORDED_C79197E = load("learning_digests.json")
 RECORDED_APPO = load("appo_digests.json")
 
 
-def _recorded(section: str, key: str):
+def _fixture(key: str) -> dict:
     """IMPALA's and PPO's from c79197e, APPO's from after its surrogate fix."""
-    return recorded(RECORDED_APPO if key.startswith("APPO/") else RECORDED_C79197E, section, key)
+    return RECORDED_APPO if key.split("/")[0] == "APPO" else RECORDED_C79197E
+
+
+def _recorded(section: str, key: str):
+    return recorded(_fixture(key), section, key)
 
 
 @pytest.mark.parametrize(("algo", "case"), LEARNER_CASES)
@@ -97,20 +101,23 @@ def test_two_learners_and_deterministic_runs_give_the_recorded_digests():
     """Two IMPALA/APPO learner actors over gloo on the seeded fragments; whole runs
     (IMPALA and APPO deterministic, learner in the driver or two over gloo; PPO sampling
     in its driver), seeds 0-2: digests, weights and every iteration's figures."""
-    expected = {**{f"{algo}/cartpole/{seed}": _recorded("learner_two_gloo", f"{algo}/cartpole/{seed}")
-                   for algo in ("IMPALA", "APPO") for seed in SEEDS},
-                **{f"{algo}/{n}/{seed}": _recorded("runs", f"{algo}/{n}/{seed}") for algo, n in RUN_CASES for seed in SEEDS}}
+    # the cases this platform has digests for (an AMD machine has no APPO ones: digest_platform)
+    two = {(algo, seed): recorded_or_none(_fixture(algo), "learner_two_gloo", f"{algo}/cartpole/{seed}")
+           for algo in ("IMPALA", "APPO") for seed in SEEDS}
+    runs = {(algo, n, seed): recorded_or_none(_fixture(algo), "runs", f"{algo}/{n}/{seed}")
+            for algo, n in RUN_CASES for seed in SEEDS}
+    two = {k: v for k, v in two.items() if v is not None}
+    runs = {k: v for k, v in runs.items() if v is not None}
+    if not two and not runs:
+        pytest.skip(f"no digests recorded for this platform ({platform_key()})")
     with new_cluster(workers=1, slots=6) as cluster:
         client = cluster.client()
         try:
-            for algo in ("IMPALA", "APPO"):
-                for seed in SEEDS:
-                    got = two_learner_digest(client, algo, seed, f"lg{algo.lower()}{seed}")
-                    assert got == expected[f"{algo}/cartpole/{seed}"], (algo, seed)
-            for algo, num_learners in RUN_CASES:
-                for seed in SEEDS:
-                    key = f"{algo}/{num_learners}/{seed}"
-                    got = run_digest(client, algo, num_learners, seed, f"run{algo.lower()}{num_learners}s{seed}")
-                    assert got == expected[key], key
+            for (algo, seed), expected in two.items():
+                got = two_learner_digest(client, algo, seed, f"lg{algo.lower()}{seed}")
+                assert got == expected, (algo, seed)
+            for (algo, num_learners, seed), expected in runs.items():
+                got = run_digest(client, algo, num_learners, seed, f"run{algo.lower()}{num_learners}s{seed}")
+                assert got == expected, (algo, num_learners, seed)
         finally:
             client.close()
