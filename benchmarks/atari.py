@@ -40,6 +40,8 @@ from ftrl.rl.sampling.atari import definition  # noqa: E402
 
 ENV = "atari:ALE/Pong-v5"
 FRAME_SKIP = 4
+#: no sticky actions, as RLlib's and CleanRL's Pong examples (the curve and --what envs)
+NO_STICKY = {"repeat_action_probability": 0.0}
 
 
 def config(runners: int, envs: int, fragment: int, batch: int, env_config: dict | None = None):
@@ -80,7 +82,7 @@ def _rounded(x: float | None) -> float | None:
 
 def curve(runners: int, envs: int, minutes: float, fragment: int, batch: int, png: Path) -> dict:
     """One learning run of `minutes` (see the module docstring)."""
-    env_config = {"repeat_action_probability": 0.0}
+    env_config = NO_STICKY
     cfg = config(runners, envs, fragment, batch, env_config).training(lr=6e-4, grad_clip=40.0)
     algo = cfg.build(job_name=f"atari-curve-{runners}x{envs}")
     points = []
@@ -175,7 +177,7 @@ def env_steps(envs: int, seconds: float) -> dict:
 
     from ftrl.rl.sampling.atari import make_atari
 
-    subs = [make_atari(ENV.removeprefix("atari:"), {"repeat_action_probability": 0.0}) for _ in range(envs)]
+    subs = [make_atari(ENV.removeprefix("atari:"), NO_STICKY) for _ in range(envs)]
     for i, env in enumerate(subs):
         env.reset(seed=i)
     actions = np.random.default_rng(0).integers(0, subs[0].action_space.n, (1000, envs))
@@ -241,14 +243,14 @@ def main() -> None:
         emit({"benchmark": "atari_restack", **restack()})
         return
     if args.what == "envs":
-        emit({"benchmark": "atari_envs", "atari": definition(ENV, {"repeat_action_probability": 0.0}),
+        emit({"benchmark": "atari_envs", "atari": definition(ENV, NO_STICKY),
               **env_steps(args.envs, args.seconds)})
         return
     if args.what == "curve":
         runners, envs = (int(x) for x in args.shapes[0].split("x"))
         png = REPO / "benchmarks" / "results" / "atari_pong_curve.png"
         emit({"benchmark": "atari_curve", "algo": "APPO", "model": "Nature CNN",
-              "atari": definition(ENV, {"repeat_action_probability": 0.0}),
+              "atari": definition(ENV, NO_STICKY),
               **curve(runners, envs, args.minutes, args.fragment, args.batch, png)})
         return
     results = []

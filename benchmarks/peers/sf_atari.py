@@ -79,10 +79,7 @@ def sf_definition(cfg) -> dict:
     """The Atari definition of Sample Factory's env for `cfg`, read off a live one."""
     env = make_pong("atari_pong", cfg, None)
     try:
-        wrappers, e = [], env
-        while hasattr(e, "env"):
-            wrappers.append(type(e).__name__)
-            e = e.env
+        wrappers = [type(w).__name__ for w in _chain(env) if hasattr(w, "env")]
         ale = env.unwrapped.ale
         noop = next((w.noop_max for w in _chain(env) if type(w).__name__ == "NoopResetEnv"), None)
         return {"env": env.unwrapped.spec.id, "frame_skip": cfg.env_frameskip, "noop_max": noop,

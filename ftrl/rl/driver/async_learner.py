@@ -79,9 +79,8 @@ def within_lag(batch: TrainBatch, current_version: int, max_policy_lag: int,
     counted in `counters` (num_samples_dropped_stale, env_steps_dropped_stale) and left out."""
     used: list[dict[str, np.ndarray]] = []
     lags: list[float] = []
-    means = batch.mean_versions or batch.versions  # (a batch made whole, without add: its versions)
-    for fragment, version, steps, mean_version in zip(batch.fragments, batch.versions, batch.env_steps, means,
-                                                      strict=True):
+    for fragment, version, steps, mean_version in zip(batch.fragments, batch.versions, batch.env_steps,
+                                                      batch.mean_versions, strict=True):
         if current_version - version > max_policy_lag:
             counters["num_samples_dropped_stale"] += 1
             counters["env_steps_dropped_stale"] += steps

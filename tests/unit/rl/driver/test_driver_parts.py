@@ -297,7 +297,7 @@ def test_a_window_taken_as_soon_as_the_update_count_grows_holds_that_update():
     access.start()
     try:
         for expected in range(1, 4):
-            assert access.put(TrainBatch([{"x": 1}], [0], [8]), timeout_s=5.0)
+            assert access.put(_one_fragment_batch(), timeout_s=5.0)
             _wait(lambda expected=expected: access.num_updates >= expected)
             assert access.take_window()["num_learner_updates_this_iter"] == 1
     finally:
@@ -310,7 +310,7 @@ def test_no_update_runs_while_the_learner_is_paused_and_reads_wait_for_one_to_en
     access.start()
     try:
         with access.paused():
-            access.put(TrainBatch([{"x": 1}], [0], [8]), timeout_s=1.0)
+            access.put(_one_fragment_batch(), timeout_s=1.0)
             time.sleep(0.3)
             assert learner.updates == []  # held off while paused
             learner.version = 41  # an exploit loads a state...
@@ -326,10 +326,10 @@ def test_a_failed_update_reaches_the_driver_at_its_next_put():
     access = _async(_Learner(fail=True), {"num_samples_dropped_stale": 0, "env_steps_dropped_stale": 0})
     access.start()
     try:
-        assert access.put(TrainBatch([{"x": 1}], [0], [8]), timeout_s=1.0)
+        assert access.put(_one_fragment_batch(), timeout_s=1.0)
         _wait(lambda: access.error is not None)
         with pytest.raises(RuntimeError, match="NaN"):
-            access.put(TrainBatch([{"x": 1}], [0], [8]), timeout_s=1.0)
+            access.put(_one_fragment_batch(), timeout_s=1.0)
     finally:
         access.stop()
 
@@ -349,6 +349,12 @@ def test_an_embedded_cluster_offers_what_the_job_asks_for(tmp_path):
     assert cluster_custom_resources(config) == {"spot": 40.0, "ondemand": 0.5}
     cluster = embedded_cluster_for(config, state_dir=str(tmp_path))  # made, not started
     assert cluster.worker_args[-2:] == ["--resources", "ondemand=0.5,spot=40"]
+
+
+def _one_fragment_batch() -> TrainBatch:
+    batch = TrainBatch()
+    batch.add({"x": 1}, 0, 8)
+    return batch
 
 
 def test_a_fragment_is_dropped_by_its_first_step_and_its_lag_is_its_steps_mean():
