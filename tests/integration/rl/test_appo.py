@@ -112,9 +112,12 @@ def test_killed_appo_driver_reattaches_and_goes_on(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_appo_on_two_learners_survives_a_learner_sigkill_without_applying_an_update_twice(tmp_path):
+    """With the KL loss and a target update every update, each update all-reduces the
+    gradient and the KL (the coefficient's rule), so the kill lands in one or the other."""
     out, job = tmp_path / "run", "al"
     with _train(out, job, "--num-env-runners", "1", "--num-learners", "2",
-                "--set", "min_time_s_per_iteration=0.3", "--stop-iters", "20", "--stop-reward", "1000") as proc:
+                "--set", "min_time_s_per_iteration=0.3", "--set", "use_kl_loss=true",
+                "--set", "target_network_update_freq=1", "--stop-iters", "20", "--stop-reward", "1000") as proc:
         wait_until(lambda: len(_iterations(out)) >= 4, timeout=180, what="four iterations")
         learners = {n: p for n, p in _actors(job).items() if "/learner/" in n}
         os.kill(learners[f"{job}/learner/1"], signal.SIGKILL)
@@ -130,6 +133,8 @@ def test_appo_on_two_learners_survives_a_learner_sigkill_without_applying_an_upd
     assert counted == sum(r["num_learner_updates_this_iter"] for r in rows)
     assert 0 <= rows[-1]["weights_version"] - counted <= 1
     assert rows[-1]["num_learners"] == 2 and rows[-1]["mesh_epoch"] > rows[0]["mesh_epoch"]
+    coeffs = [r["learner"]["kl_coeff"] for r in rows if "kl_coeff" in r["learner"]]
+    assert coeffs and coeffs[-1] != 1.0  # adapted (from its initial 1.0) on the mesh's mean KL
 
 
 # ---------------------------------------------------------------------------- in one process
