@@ -31,7 +31,3 @@ def test_a_key_missing_from_this_platform_s_set_skips_too(monkeypatch):
     with pytest.raises(pytest.skip.Exception, match="'other'"):
         recorded(FIXTURE, "s", "other")
 
-
-def test_this_machine_has_a_platform_key():
-    vendor, capability = digest_platform.platform_key().split("/")
-    assert vendor and capability
