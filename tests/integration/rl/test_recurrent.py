@@ -57,11 +57,12 @@ def train(tmp_path: Path, algo: str, job: str, *extra: str, model: str = LSTM):
 @pytest.mark.parametrize("algo", ["APPO", "PPO"])
 def test_an_lstm_learns_to_remember_while_a_runner_is_sigkilled_every_second(tmp_path, algo):
     out = tmp_path / "run"
-    # both learn this within seconds of their first row: they run a fixed 40 iterations (each
-    # at least 0.3 s) instead of stopping at the return, so the runners are SIGKILLed throughout
+    # both learn this within seconds of their first row: they run a fixed number of iterations
+    # instead of stopping at the return, so the runners are SIGKILLed throughout (APPO's last
+    # at least min_time_s_per_iteration, 0.3 s; PPO's are a sampling round each, ~0.06 s here)
     stop = ("--stop-iters", "40")
     if algo == "PPO":
-        stop += ("--set", "minibatch_size=160", "--set", "num_epochs=4", "--set", "lr=0.001")
+        stop = ("--stop-iters", "250", "--set", "minibatch_size=160", "--set", "num_epochs=4", "--set", "lr=0.001")
     with train(tmp_path, algo, "lstm", *stop) as proc:
         wait_until(lambda: (out / "metrics.jsonl").exists(), timeout=120, what="the first row")
         kills = sigkill_a_runner_every_second(proc, "lstm", 150)
