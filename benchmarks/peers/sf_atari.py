@@ -85,7 +85,9 @@ def sf_definition(cfg) -> dict:
         return {"env": env.unwrapped.spec.id, "frame_skip": cfg.env_frameskip, "noop_max": noop,
                 "frame_stack": cfg.env_framestack, "observation": list(env.observation_space.shape),
                 "repeat_action_probability": float(ale.getFloat("repeat_action_probability")),
-                "full_action_space": bool(env.action_space.n == 18), "time_limit": next((w._max_episode_steps for w in _chain(env) if type(w).__name__ == "TimeLimit"), None),
+                "full_action_space": bool(env.action_space.n == 18),
+                "time_limit": next((w._max_episode_steps for w in _chain(env) if type(w).__name__ == "TimeLimit"),
+                                   None),
                 "max_num_frames_per_episode": int(ale.getInt("max_num_frames_per_episode")),
                 "wrappers_outside_in": wrappers}
     finally:

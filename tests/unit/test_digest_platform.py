@@ -30,4 +30,3 @@ def test_a_key_missing_from_this_platform_s_set_skips_too(monkeypatch):
     monkeypatch.setattr(digest_platform, "platform_key", lambda: "AuthenticAMD/AVX2")
     with pytest.raises(pytest.skip.Exception, match="'other'"):
         recorded(FIXTURE, "s", "other")
-

@@ -303,6 +303,13 @@ class IMPALALearner(Learner):
         """Hook after each step (APPO: the target network)."""
 
 
+def add_sampled(to: TrainBatch | AsyncLearner, fragment: dict[str, Any], result: dict[str, Any]) -> None:
+    """A runner's usable fragment into a batch, with the weights versions (its first step's,
+    its steps' mean) and the env steps its sample result reports."""
+    to.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)),
+           result.get("weights_version_mean"))
+
+
 class IMPALA(Algorithm):
     """IMPALA's driver: the asynchronous data path on the Algorithm base (the module
     docstring). `self.learner` is the in-process learner or the elastic learner group;
@@ -389,8 +396,7 @@ class IMPALA(Algorithm):
         for result in results:
             fragment = self._usable_fragment(result)
             if fragment is not None:
-                learner.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)),
-                            result.get("weights_version_mean"))
+                add_sampled(learner, fragment, result)
         learner.queue_full_batches(while_full=self._poll_recoveries)  # back-pressure: the runners wait
 
     def _poll_recoveries(self) -> None:
@@ -435,7 +441,7 @@ class IMPALA(Algorithm):
         for result in sorted(results, key=lambda r: int(r.get("worker_index", 0))):
             fragment = self._usable_fragment(result)
             if fragment is not None:
-                batch.add(fragment, int(result.get("weights_version", -1)), int(result.get("env_steps", 0)))
+                add_sampled(batch, fragment, result)
         counters = self.run_state.algo_counters
         fragments, lags = within_lag(batch, current, self.config.training_cfg.max_policy_lag, counters)
         learn: dict[str, Any] = {"num_samples": 0, "weights_version": current}
