@@ -58,6 +58,7 @@ from ftrl.tune.experiment import (
     TrialStatus,
     append_lineage,
     pin_checkpoint,
+    read_lineage,
     row_key,
     row_value,
 )
@@ -510,7 +511,7 @@ class TuneController:
                 if self.exploits is not None:
                     self.exploits.population.members[trial.trial_id].paused = True
         if self.exploits is not None:
-            self.exploits.reissue()
+            self.exploits.reissue(read_lineage(self.store.expdir))
 
     def _pause_all(self) -> None:
         """Stop every running trial with a final checkpoint: PAUSED (a resume goes on)."""

@@ -179,6 +179,37 @@ def append_lineage(expdir: str | Path, row: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The lines of `path` that are JSON objects; others (a torn last line) are skipped
+    with a warning. A missing file is no rows."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        log.warning("cannot read %s: %s", path, e)
+        return []
+    rows = []
+    for n, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("%s line %d is not valid JSON (torn write?); skipped", path, n)
+            continue
+        if not isinstance(obj, dict):
+            log.warning("%s line %d is not a JSON object; skipped", path, n)
+            continue
+        rows.append(obj)
+    return rows
+
+
+def read_lineage(expdir: str | Path) -> list[dict[str, Any]]:
+    """EXPDIR/lineage.jsonl: one dict per exploit, in the order they happened ([] for none)."""
+    return read_jsonl(Path(expdir) / LINEAGE_FILE)
+
+
 def pin_checkpoint(expdir: str | Path, trial_id: str, checkpoint: str | Path) -> Path:
     """Keep a donor's checkpoint for good: a hard link (a copy across file systems) under
     the donor's pinned/ folder, which the trial's checkpoint pruning never touches."""

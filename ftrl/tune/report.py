@@ -26,9 +26,10 @@ from ftrl.tune.experiment import (
     EXPERIMENT_FILE,
     FINAL_EXPERIMENT_STATUSES,
     FORMAT,
-    LINEAGE_FILE,
     ExperimentStatus,
     TrialStatus,
+    read_jsonl,
+    read_lineage,
     row_key,
     row_value,
 )
@@ -68,37 +69,6 @@ def read_experiment(expdir: str | Path) -> dict[str, Any]:
     return experiment
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The lines of `path` that are JSON objects; others (a torn last line) are skipped
-    with a warning. A missing file is no rows."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        log.warning("cannot read %s: %s", path, e)
-        return []
-    rows = []
-    for n, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("%s line %d is not valid JSON (torn write?); skipped", path, n)
-            continue
-        if not isinstance(obj, dict):
-            log.warning("%s line %d is not a JSON object; skipped", path, n)
-            continue
-        rows.append(obj)
-    return rows
-
-
-def read_lineage(expdir: str | Path) -> list[dict[str, Any]]:
-    """EXPDIR/lineage.jsonl: one dict per exploit, in the order they happened ([] for none)."""
-    return _read_jsonl(Path(expdir) / LINEAGE_FILE)
-
-
 def trial_dir(expdir: str | Path, trial: Mapping[str, Any]) -> Path:
     """The trial's folder: its recorded output_dir, or EXPDIR/<trial_id> when that path does
     not exist (the experiment was moved or copied from another machine)."""
@@ -112,7 +82,7 @@ def read_trial_rows(expdir: str | Path, trial: Mapping[str, Any]) -> list[dict[s
     """The trial's metrics.jsonl rows in file order ([] if it has none yet)."""
     if not trial.get("trial_id") and not trial.get("output_dir"):
         return []
-    return _read_jsonl(trial_dir(expdir, trial) / METRICS_FILE)
+    return read_jsonl(trial_dir(expdir, trial) / METRICS_FILE)
 
 
 # --------------------------------------------------------------------------- summary

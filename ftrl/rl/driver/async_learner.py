@@ -8,7 +8,7 @@ behind a thread of the driver that takes train batches off a bounded queue.
     to each runner between fragments         broadcast_interval updates
 
 The queue is the back-pressure: when it is full the driver stops asking runners for
-more, so memory holds at most `learner_queue_size` batches, the one being filled and a
+more, so memory holds at most `learner_queue_size` batches, those being filled and a
 fragment per runner. A sample whose weights are more than `max_policy_lag` updates
 behind the learner when its batch is taken is dropped and counted, never used.
 
@@ -127,6 +127,7 @@ class AsyncLearner:
         self._env_steps_sampled = env_steps_sampled
         self._locked_reads = locked_reads
         self._pending = TrainBatch()  # the batch being filled (the driver's thread)
+        self._full: list[TrainBatch] = []  # full batches not queued yet (the driver's thread)
         #: held by the thread for each update; take it to read or change the learner
         self.lock = threading.RLock()
         self._stats_lock = threading.Lock()
@@ -210,16 +211,21 @@ class AsyncLearner:
     def add(self, fragment: dict[str, np.ndarray], version: int, env_steps: int,
             mean_version: float | None = None) -> None:
         """A fragment for the batch being filled (sampled with weights `version` from its
-        first step, `mean_version` over its steps)."""
+        first step, `mean_version` over its steps). The batch is full, and waits for
+        `queue_full_batches`, as soon as it holds `batch_env_steps` (so fragments that
+        come several at once still make batches of that size where their sizes add up)."""
         self._pending.add(fragment, version, env_steps, mean_version)
+        if self._pending.num_env_steps >= self.batch_env_steps:
+            self._full.append(self._pending)
+            self._pending = TrainBatch()
 
     def queue_full_batches(self, while_full: Callable[[], Any]) -> None:
         """Queue every full batch; while the queue is full (back-pressure: the runners
         wait), call `while_full` between tries."""
-        while self._pending.num_env_steps >= self.batch_env_steps:
-            batch, self._pending = self._pending, TrainBatch()
-            while not self.put(batch, timeout_s=0.1):
+        while self._full:
+            while not self.put(self._full[0], timeout_s=0.1):
                 while_full()
+            self._full.pop(0)
 
     def put(self, batch: TrainBatch, timeout_s: float) -> bool:
         """Queue a batch; False when the queue stayed full for `timeout_s` (back-pressure)."""

@@ -280,6 +280,28 @@ def test_the_async_learner_learns_off_its_queue_publishes_every_interval_and_dro
         access.stop()
 
 
+def test_a_batch_is_full_at_the_fragment_that_fills_it_though_more_came_in_the_same_harvest():
+    """Fragments taken together (one harvest of several runners) still make batches of
+    `batch_env_steps` where their sizes add up: 4 + (4, 4) is a batch of 8 and 4 waiting,
+    not one of 12 (an IMPALA exploit's test saw 480-step batches of 320)."""
+    learner = _Learner()
+    access = _async(learner, {"num_samples_dropped_stale": 0, "env_steps_dropped_stale": 0}, max_policy_lag=100)
+    access.start()
+    try:
+        access.add({"x": np.zeros(1)}, 0, 4)
+        access.queue_full_batches(while_full=lambda: None)
+        for _ in range(2):
+            access.add({"x": np.zeros(1)}, 0, 4)
+        access.queue_full_batches(while_full=lambda: None)
+        _wait(lambda: len(learner.updates) == 1)
+        access.add({"x": np.zeros(1)}, 0, 4)
+        access.queue_full_batches(while_full=lambda: None)
+        _wait(lambda: len(learner.updates) == 2)
+        assert learner.updates == [2, 2]
+    finally:
+        access.stop()
+
+
 class _SlowPublishLearner(_Learner):
     """Publishing its weights takes a while: the gap between an update and its window entry."""
 
