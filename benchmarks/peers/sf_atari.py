@@ -79,17 +79,17 @@ def sf_definition(cfg) -> dict:
     """The Atari definition of Sample Factory's env for `cfg`, read off a live one."""
     env = make_pong("atari_pong", cfg, None)
     try:
-        wrappers = [type(w).__name__ for w in _chain(env) if hasattr(w, "env")]
+        wrappers = [w for w in _chain(env) if hasattr(w, "env")]
+        by_name = {type(w).__name__: w for w in wrappers}
         ale = env.unwrapped.ale
-        noop = next((w.noop_max for w in _chain(env) if type(w).__name__ == "NoopResetEnv"), None)
-        return {"env": env.unwrapped.spec.id, "frame_skip": cfg.env_frameskip, "noop_max": noop,
+        return {"env": env.unwrapped.spec.id, "frame_skip": cfg.env_frameskip,
+                "noop_max": getattr(by_name.get("NoopResetEnv"), "noop_max", None),
                 "frame_stack": cfg.env_framestack, "observation": list(env.observation_space.shape),
                 "repeat_action_probability": float(ale.getFloat("repeat_action_probability")),
                 "full_action_space": bool(env.action_space.n == 18),
-                "time_limit": next((w._max_episode_steps for w in _chain(env) if type(w).__name__ == "TimeLimit"),
-                                   None),
+                "time_limit": getattr(by_name.get("TimeLimit"), "_max_episode_steps", None),
                 "max_num_frames_per_episode": int(ale.getInt("max_num_frames_per_episode")),
-                "wrappers_outside_in": wrappers}
+                "wrappers_outside_in": [type(w).__name__ for w in wrappers]}
     finally:
         env.close()
 

@@ -3,6 +3,8 @@ else the vendor's set, else a skip that names the platform."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.fixtures import digest_platform
@@ -30,3 +32,13 @@ def test_a_key_missing_from_this_platform_s_set_skips_too(monkeypatch):
     monkeypatch.setattr(digest_platform, "platform_key", lambda: "AuthenticAMD/AVX2")
     with pytest.raises(pytest.skip.Exception, match="'other'"):
         recorded(FIXTURE, "s", "other")
+
+
+def test_a_recording_adds_this_platform_s_set_and_keeps_the_others(monkeypatch, tmp_path):
+    (tmp_path / "f.json").write_text(json.dumps(FIXTURE))
+    monkeypatch.setattr(digest_platform, "FIXTURES", tmp_path)
+    monkeypatch.setattr(digest_platform, "platform_key", lambda: "GenuineIntel/AVX2")
+    digest_platform.save("f.json", {"s": {"k": "intel2"}}, "abc123")
+    fixture = digest_platform.load("f.json")
+    assert recorded(fixture, "s", "k") == "intel2" and fixture["recorded_at"] == {"GenuineIntel/AVX2": "abc123"}
+    assert fixture["platforms"]["AuthenticAMD"] == {"s": {"k": "amd"}}

@@ -195,16 +195,18 @@ class AsyncLearner:
 
     def reconfigure(self, *, queue_size: int, max_policy_lag: int, broadcast_interval: int,
                     batch_env_steps: int) -> None:
-        """New settings in place, from the next batch on (an exploit changed them): the
-        queue holds at most `queue_size` batches (those queued stay, and a smaller queue
-        takes no more until it drains), the lag bound, the broadcast interval and the
-        batch size. The thread and the learner are the same."""
+        """New settings in place, from the next batch on (an exploit changed them, on the
+        driver's thread): the queue holds at most `queue_size` batches (those queued stay,
+        and a smaller queue takes no more until it drains), the lag bound, the broadcast
+        interval and the batch size (the batch being filled is full now if it holds the
+        new size). The thread and the learner are the same."""
         with self.lock, self.queue.mutex:
             self.queue.maxsize = max(1, int(queue_size))
             self.queue.not_full.notify_all()
             self.max_policy_lag = self.stale_version_gap = int(max_policy_lag)
             self.broadcast_interval = max(1, int(broadcast_interval))
             self.batch_env_steps = int(batch_env_steps)
+        self._close_if_full()
 
     # ------------------------------------------------------------------ the driver's side
 
@@ -215,6 +217,9 @@ class AsyncLearner:
         `queue_full_batches`, as soon as it holds `batch_env_steps` (so fragments that
         come several at once still make batches of that size where their sizes add up)."""
         self._pending.add(fragment, version, env_steps, mean_version)
+        self._close_if_full()
+
+    def _close_if_full(self) -> None:
         if self._pending.num_env_steps >= self.batch_env_steps:
             self._full.append(self._pending)
             self._pending = TrainBatch()

@@ -298,6 +298,12 @@ def test_a_batch_is_full_at_the_fragment_that_fills_it_though_more_came_in_the_s
         access.queue_full_batches(while_full=lambda: None)
         _wait(lambda: len(learner.updates) == 2)
         assert learner.updates == [2, 2]
+        # an exploit halves the batch: the one being filled is full at once, not one fragment later
+        access.add({"x": np.zeros(1)}, 0, 4)
+        access.reconfigure(queue_size=2, max_policy_lag=100, broadcast_interval=2, batch_env_steps=4)
+        access.queue_full_batches(while_full=lambda: None)
+        _wait(lambda: len(learner.updates) == 3)
+        assert learner.updates == [2, 2, 1]
     finally:
         access.stop()
 
